@@ -1,0 +1,2 @@
+//! The per-trainer supervisor (placeholder; being written).
+fn main() {}

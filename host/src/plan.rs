@@ -1,0 +1,1 @@
+//! Launch-plan policy (placeholder; being written).

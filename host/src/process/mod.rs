@@ -1,0 +1,1 @@
+//! Trainer processes (placeholder; being written).

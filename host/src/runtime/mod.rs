@@ -1,0 +1,1 @@
+//! The adapter runtime (placeholder; being written).

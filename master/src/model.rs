@@ -1,0 +1,274 @@
+//! The master's plain data: tasks, attempts and hosts as the store keeps them
+//! and the API shows them. No I/O here.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use trainyard_proto::messages::{Checkpoint, Metric, Progress};
+use trainyard_proto::TaskId;
+
+/// Where a task is in its life.
+///
+/// ```text
+/// PENDING ──dispatch──> DISPATCHED ──host accepts──> RUNNING ──report──> COMPLETED
+///    ^                      │                          │  │              FAILED
+///    └────── requeue ───────┴──── lease lapsed ────────┘  └──cancel───> CANCELLED
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskStatus {
+    /// Waiting in the queue.
+    Pending,
+    /// Recorded as sent to a host, not yet accepted by it.
+    Dispatched,
+    /// A host holds its lease and runs it.
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 6] = [
+        Self::Pending,
+        Self::Dispatched,
+        Self::Running,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Dispatched => "DISPATCHED",
+            Self::Running => "RUNNING",
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s))
+    }
+
+    /// A terminal task never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// A live task has an attempt out on a host (or on its way to one).
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Dispatched | Self::Running)
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How one attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AttemptOutcome {
+    Completed,
+    Failed,
+    Cancelled,
+    /// The host lost the lease (it died, hung, or was cut off).
+    LeaseLost,
+    /// The dispatch never reached the host, or the host never took the lease.
+    Undelivered,
+    /// The host refused the dispatch.
+    Rejected,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "COMPLETED",
+            Self::Failed => "FAILED",
+            Self::Cancelled => "CANCELLED",
+            Self::LeaseLost => "LEASE_LOST",
+            Self::Undelivered => "UNDELIVERED",
+            Self::Rejected => "REJECTED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Completed,
+            Self::Failed,
+            Self::Cancelled,
+            Self::LeaseLost,
+            Self::Undelivered,
+            Self::Rejected,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// A task as submitted, after validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewTask {
+    pub name: Option<String>,
+    pub adapter: String,
+    pub kind: String,
+    /// A JSON object, as text.
+    pub params: String,
+    /// Higher runs first; FIFO within a priority.
+    pub priority: i32,
+    /// Started attempts allowed before the task fails for good.
+    pub max_attempts: u32,
+    /// Wall-clock limit of each attempt's trainer.
+    pub timeout_secs: Option<u64>,
+}
+
+/// Figures by name, as the API shows them.
+pub type Metrics = BTreeMap<String, f64>;
+
+pub fn metrics_map(metrics: &[Metric]) -> Metrics {
+    metrics.iter().map(|m| (m.name.clone(), m.value)).collect()
+}
+
+/// The latest progress of a task's current attempt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressView {
+    pub attempt: u32,
+    pub episode: Option<u64>,
+    pub total_episodes: Option<u64>,
+    pub episode_return: Option<f64>,
+    pub metrics: Metrics,
+    pub message: Option<String>,
+    pub at_ms: i64,
+}
+
+impl ProgressView {
+    pub fn from_progress(attempt: u32, p: &Progress, at_ms: i64) -> Self {
+        Self {
+            attempt,
+            episode: p.episode,
+            total_episodes: p.total_episodes,
+            episode_return: p.episode_return,
+            metrics: metrics_map(&p.metrics),
+            message: p.message.clone(),
+            at_ms,
+        }
+    }
+}
+
+/// A checkpoint kept for a task, without its bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointView {
+    /// `file` (bytes kept by the master) or `external` (a reference).
+    pub kind: String,
+    /// The file's workspace path, or the external reference.
+    pub name: String,
+    pub bytes: u64,
+    /// The attempt that wrote it.
+    pub attempt: u32,
+}
+
+/// A checkpoint with its bytes, as stored and as handed to the next attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredCheckpoint {
+    pub attempt: u32,
+    pub checkpoint: Checkpoint,
+}
+
+impl StoredCheckpoint {
+    pub fn view(&self) -> CheckpointView {
+        match &self.checkpoint {
+            Checkpoint::File { name, data } => CheckpointView {
+                kind: "file".into(),
+                name: name.clone(),
+                bytes: data.len() as u64,
+                attempt: self.attempt,
+            },
+            Checkpoint::External(reference) => CheckpointView {
+                kind: "external".into(),
+                name: reference.clone(),
+                bytes: 0,
+                attempt: self.attempt,
+            },
+        }
+    }
+}
+
+/// A completed task's result.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResultView {
+    pub metrics: Metrics,
+    pub summary: Option<String>,
+    pub checkpoint: Option<CheckpointView>,
+}
+
+/// A task as the store keeps it and the API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub name: Option<String>,
+    pub adapter: String,
+    pub kind: String,
+    /// The parameters as submitted (a JSON object).
+    pub params: serde_json::Value,
+    pub priority: i32,
+    pub status: TaskStatus,
+    /// The current (latest dispatched) attempt; 0 before the first dispatch.
+    pub attempt: u32,
+    /// How many attempts were started by a host.
+    pub runs: u32,
+    pub max_attempts: u32,
+    pub timeout_secs: Option<u64>,
+    /// The host of the current attempt, while live (and after, for history).
+    pub host: Option<String>,
+    pub slot: Option<u32>,
+    pub cancel_requested: bool,
+    /// While DISPATCHED: when the sweep takes the dispatch back.
+    pub dispatch_deadline_ms: Option<i64>,
+    pub progress: Option<ProgressView>,
+    pub checkpoint: Option<CheckpointView>,
+    pub result: Option<ResultView>,
+    pub error: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+/// One attempt of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub attempt: u32,
+    pub host: String,
+    pub slot: Option<u32>,
+    pub dispatched_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub outcome: Option<AttemptOutcome>,
+    pub error: Option<String>,
+    pub metrics: Option<Metrics>,
+}
+
+/// A task with its attempts: what `GET /v1/tasks/{id}` returns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskDetail {
+    #[serde(flatten)]
+    pub task: Task,
+    pub attempts: Vec<Attempt>,
+}
+
+/// A host the master has seen, as persisted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostRecord {
+    pub id: String,
+    pub slots: u32,
+    pub adapters: Vec<trainyard_proto::messages::AdapterInfo>,
+    pub agent: String,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+}

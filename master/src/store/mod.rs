@@ -1,0 +1,1 @@
+//! The task store (placeholder; being written).

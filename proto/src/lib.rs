@@ -1,0 +1,37 @@
+//! What the trainyard master and its worker hosts share: the messages they
+//! exchange over TCP, the frame codec that carries them, the handshake's
+//! challenge-response, and the names of the Redis keys both read.
+//!
+//! # Layout
+//! - [`ids`]: task, attempt, host and worker identifiers.
+//! - [`messages`]: every message on the wire, in both directions.
+//! - [`frame`]: length-prefixed MessagePack frames with a size limit.
+//! - [`auth`]: the HMAC challenge-response that proves a host knows the
+//!   cluster secret without sending it.
+//! - [`keys`]: Redis key names and lease values.
+//! - [`timers`]: the intervals and TTLs master and hosts must agree on.
+//!
+//! This crate does no I/O of its own; policy (timeouts, retries) belongs to
+//! the master and the host.
+
+pub mod auth;
+pub mod frame;
+pub mod ids;
+pub mod keys;
+pub mod messages;
+pub mod timers;
+
+pub use ids::{AttemptRef, HostId, InvalidId, TaskId, WorkerId};
+pub use timers::Timers;
+
+/// Version of the wire protocol. A master refuses hosts that speak another.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
+/// in the database.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,216 @@
+//! Every message on the wire between the master and a host.
+//!
+//! A connection goes through two phases. In the handshake the master sends a
+//! [`Challenge`], the host answers with a [`Hello`] that proves it knows the
+//! cluster secret, and the master replies [`Welcome`] (proving the same) or
+//! [`MasterMessage::Refused`]. Only after `Welcome` does the host count as
+//! connected; any other message before that closes the connection.
+//!
+//! After the handshake the master sends dispatches, cancels, stop orders and
+//! acknowledgements; the host sends heartbeats, acceptances, progress and
+//! reports. Every message about a task names its [`AttemptRef`], so a message
+//! from an attempt that is no longer current changes nothing.
+
+use crate::ids::{AttemptRef, HostId};
+use serde::{Deserialize, Serialize};
+
+/// Sent by the master as soon as a host connects.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Challenge {
+    pub protocol: u32,
+    /// Fresh random bytes the host must fold into its proof.
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+}
+
+/// What an adapter the host carries says about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdapterInfo {
+    pub name: String,
+    pub version: String,
+    pub kinds: Vec<String>,
+}
+
+/// An attempt a host is running, and in which of its slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningAttempt {
+    pub attempt: AttemptRef,
+    pub slot: u32,
+}
+
+/// The host's answer to the challenge: who it is, what it can run, what it is
+/// running right now (after a reconnect), and its proof.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub host_id: HostId,
+    /// How many tasks the host runs at once.
+    pub slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    /// Attempts still running from before this connection.
+    pub running: Vec<RunningAttempt>,
+    /// The host's own random bytes, which the master folds into its proof.
+    #[serde(with = "serde_bytes")]
+    pub nonce: Vec<u8>,
+    /// `auth::host_proof` over both nonces and the host id.
+    #[serde(with = "serde_bytes")]
+    pub proof: Vec<u8>,
+    /// The host's software version, for operators.
+    pub agent: String,
+}
+
+/// The master accepts the host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// `auth::master_proof`: the host checks it before trusting the master.
+    #[serde(with = "serde_bytes")]
+    pub proof: Vec<u8>,
+}
+
+/// A checkpoint as it travels between hosts through the master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Checkpoint {
+    /// A file the trainer wrote, captured by the host. `name` is its path
+    /// relative to the workspace.
+    File {
+        name: String,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// An opaque reference the trainer manages itself.
+    External(String),
+}
+
+/// Run one attempt of a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub attempt: AttemptRef,
+    pub adapter: String,
+    pub kind: String,
+    /// The task's parameters as submitted (a JSON object).
+    pub params: String,
+    /// The last checkpoint an earlier attempt reported.
+    pub checkpoint: Option<Checkpoint>,
+    /// Wall-clock limit for the trainer, if the task has one.
+    pub timeout_secs: Option<u64>,
+}
+
+/// A named figure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+}
+
+/// A progress event from a running trainer, as the adapter read it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub episode: Option<u64>,
+    pub total_episodes: Option<u64>,
+    pub episode_return: Option<f64>,
+    pub metrics: Vec<Metric>,
+    pub message: Option<String>,
+}
+
+/// The latest progress of an attempt, with the latest checkpoint if one was
+/// announced since the previous update.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProgressUpdate {
+    pub attempt: AttemptRef,
+    pub progress: Progress,
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// How an attempt ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The trainer succeeded; these are its results.
+    Completed {
+        metrics: Vec<Metric>,
+        checkpoint: Option<Checkpoint>,
+        summary: Option<String>,
+    },
+    /// The attempt failed. `retryable` says whether another attempt may
+    /// succeed.
+    Failed { message: String, retryable: bool },
+    /// The trainer was stopped because the task was cancelled.
+    Cancelled,
+    /// The host could not renew the attempt's lease in time and stopped the
+    /// trainer itself; the master may already have given the task away.
+    LeaseLost { message: String },
+}
+
+/// The final report of one attempt. The host keeps it, in memory and in
+/// Redis, until the master acknowledges it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptReport {
+    pub attempt: AttemptRef,
+    pub host: HostId,
+    pub slot: u32,
+    pub outcome: Outcome,
+    /// Wall-clock milliseconds from lease to report.
+    pub duration_ms: u64,
+    pub finished_at_ms: i64,
+}
+
+/// Host to master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum HostMessage {
+    Hello(Hello),
+    /// Sent every heartbeat interval: what each busy slot runs.
+    Heartbeat { running: Vec<RunningAttempt> },
+    /// The host holds the attempt's lease and has started it in `slot`.
+    Accepted { attempt: AttemptRef, slot: u32 },
+    /// The host did not start the attempt and holds no lease for it.
+    Rejected { attempt: AttemptRef, reason: String },
+    Progress(ProgressUpdate),
+    Report(AttemptReport),
+}
+
+/// Master to host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum MasterMessage {
+    Challenge(Challenge),
+    Welcome(Welcome),
+    /// The handshake failed; the master closes the connection after this.
+    Refused { reason: String },
+    Dispatch(Dispatch),
+    /// Stop the attempt because the task was cancelled.
+    Cancel { attempt: AttemptRef },
+    /// Stop the attempt: the master no longer considers it the task's live
+    /// attempt (it was given away, or the task has ended).
+    Stop { attempt: AttemptRef, reason: String },
+    HeartbeatAck,
+    /// The master has recorded this report; the host may forget it.
+    ReportAck { attempt: AttemptRef },
+}
+
+impl HostMessage {
+    /// A short name for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Hello(_) => "hello",
+            Self::Heartbeat { .. } => "heartbeat",
+            Self::Accepted { .. } => "accepted",
+            Self::Rejected { .. } => "rejected",
+            Self::Progress(_) => "progress",
+            Self::Report(_) => "report",
+        }
+    }
+}
+
+impl MasterMessage {
+    /// A short name for logs and error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Challenge(_) => "challenge",
+            Self::Welcome(_) => "welcome",
+            Self::Refused { .. } => "refused",
+            Self::Dispatch(_) => "dispatch",
+            Self::Cancel { .. } => "cancel",
+            Self::Stop { .. } => "stop",
+            Self::HeartbeatAck => "heartbeat-ack",
+            Self::ReportAck { .. } => "report-ack",
+        }
+    }
+}

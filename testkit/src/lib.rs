@@ -1,0 +1,283 @@
+//! Real services for trainyard's tests, never mocks.
+//!
+//! - [`RedisServer`]: a private `redis-server` on a free loopback port, which
+//!   a test may kill, restart, or restart with its data lost.
+//! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
+//! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
+//!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`; a test that
+//!   needs it fails with a message saying so when it is missing or down.
+//!
+//! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
+
+use rand::Rng;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("cannot bind a loopback port")
+}
+
+/// A key prefix no other test uses, e.g. `t4f2a91:`.
+pub fn unique_prefix() -> String {
+    format!("t{:08x}:", rand::rng().random::<u32>())
+}
+
+/// A `redis-server` of the test's own, on a free port, without persistence.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers. Panics with the Debian
+    /// package to install when `redis-server` is missing.
+    pub fn start() -> Self {
+        let mut server = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}): install the Debian package `redis-server`, \
+                     or set TRAINYARD_TEST_REDIS_URL to a Redis the tests may use"
+                )
+            });
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("redis-server did not listen on port {} within 10 s", self.port));
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server with SIGKILL; its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Redis for a test that does not need to restart it: the shared server of
+/// `TRAINYARD_TEST_REDIS_URL`, or a private one. Keep the returned guard
+/// alive for the test's duration, and use [`unique_prefix`] for keys.
+pub fn redis_url() -> (String, Option<RedisServer>) {
+    match std::env::var("TRAINYARD_TEST_REDIS_URL") {
+        Ok(url) if !url.is_empty() => (url, None),
+        _ => {
+            let server = RedisServer::start();
+            (server.url(), Some(server))
+        }
+    }
+}
+
+/// Waits until something accepts TCP connections on the loopback port.
+pub fn wait_for_port(port: u16, timeout: Duration) -> Option<()> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// An empty database for one test, dropped with it.
+pub struct Database {
+    pub url: String,
+    kind: DatabaseKind,
+}
+
+enum DatabaseKind {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, name: String },
+}
+
+impl Database {
+    /// `sqlite` or `postgres`, for test names and messages.
+    pub fn backend(&self) -> &'static str {
+        match self.kind {
+            DatabaseKind::Sqlite(_) => "sqlite",
+            DatabaseKind::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// For SQLite, the database file.
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        match &self.kind {
+            DatabaseKind::Sqlite(dir) => Some(dir.path().join("trainyard.db")),
+            _ => None,
+        }
+    }
+}
+
+/// A new SQLite database file in a temporary directory. The file itself is
+/// created by whoever connects first (`mode=rwc`).
+pub fn fresh_sqlite() -> Database {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = sqlite_url(&dir.path().join("trainyard.db"));
+    Database {
+        url,
+        kind: DatabaseKind::Sqlite(dir),
+    }
+}
+
+/// The URL of a SQLite file, created on first connect.
+pub fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}?mode=rwc", path.display())
+}
+
+/// The PostgreSQL server tests may create databases on.
+pub fn postgres_admin_url() -> String {
+    match std::env::var("TRAINYARD_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "this test needs PostgreSQL: set TRAINYARD_TEST_DATABASE_URL, e.g. \
+             postgres://postgres@127.0.0.1:5432/test (Debian package `postgresql`); \
+             `make test` sets it to the local server"
+        ),
+    }
+}
+
+/// A new, empty PostgreSQL database on the server of
+/// `TRAINYARD_TEST_DATABASE_URL`, dropped when the returned value is.
+pub async fn fresh_postgres() -> Database {
+    use sqlx::Connection;
+    let admin_url = postgres_admin_url();
+    let name = format!("trainyard_test_{:016x}", rand::rng().random::<u64>());
+    let mut admin = sqlx::PgConnection::connect(&admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach PostgreSQL at {admin_url}: {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create database {name} on {admin_url}: {e}"));
+    let _ = admin.close().await;
+    let url = replace_database(&admin_url, &name);
+    Database {
+        url,
+        kind: DatabaseKind::Postgres { admin_url, name },
+    }
+}
+
+/// Either backend by name: `sqlite` or `postgres`.
+pub async fn fresh_database(backend: &str) -> Database {
+    match backend {
+        "sqlite" => fresh_sqlite(),
+        "postgres" => fresh_postgres().await,
+        other => panic!("unknown database backend {other:?}"),
+    }
+}
+
+fn replace_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let DatabaseKind::Postgres { admin_url, name } = &self.kind {
+            let (admin_url, name) = (admin_url.clone(), name.clone());
+            // Drop may run inside a runtime; do the async work on a thread of its own.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    use sqlx::Connection;
+                    if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut admin)
+                            .await;
+                        let _ = admin.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_swap_only_the_database_name() {
+        assert_eq!(
+            replace_database("postgres://postgres@127.0.0.1:5432/test", "x"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            replace_database("postgres://u:p@h/test?sslmode=disable", "x"),
+            "postgres://u:p@h/x?sslmode=disable"
+        );
+        assert_eq!(replace_database("postgres://h:5432", "x"), "postgres://h:5432/x");
+    }
+
+    #[test]
+    fn a_private_redis_restarts_empty_on_the_same_port() {
+        let mut server = RedisServer::start();
+        let port = server.port();
+        server.restart_empty();
+        assert_eq!(server.port(), port);
+        assert!(wait_for_port(port, Duration::from_secs(1)).is_some());
+    }
+}
