@@ -3,10 +3,221 @@
 //! trainer process the adapter asks for, and owns the task's lease in Redis.
 //!
 //! # Layout
+//! - [`config`]: the host's settings.
+//! - [`connection`]: connect, handshake, backoff ([`backoff`]).
+//! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
+//! - [`attempt`]: one attempt from lease to report.
+//! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`plan`]: checks an adapter's launch plan against the operator's policy.
 //! - [`process`]: launching and supervising trainer processes.
+//! - [`workspace`]: the per-attempt workspace directory.
 
+pub mod agent;
+pub mod attempt;
+pub mod backoff;
+pub mod config;
+pub mod connection;
+pub mod lease;
 pub mod plan;
 pub mod process;
+pub mod renewer;
 pub mod runtime;
+pub mod workspace;
+
+use config::{HostConfig, OnAdapterError};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Why the host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("invalid timers: {0}")]
+    Timers(#[from] trainyard_proto::timers::InvalidTimers),
+    #[error("cannot start the adapter runtime: {0}")]
+    Runtime(#[from] runtime::RuntimeError),
+    #[error("adapter {path} cannot be loaded: {reason}")]
+    Adapter { path: String, reason: String },
+    #[error("no adapter loaded; a host with nothing to run is refused")]
+    NoAdapters,
+    #[error("two adapters are named {0:?}")]
+    DuplicateAdapter(String),
+    #[error("invalid Redis URL: {0}")]
+    RedisUrl(redis::RedisError),
+    #[error("cannot create the work directory {path}: {source}")]
+    WorkDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the trainer supervisor {0} does not exist; build it (`cargo build`) or set host.supervisor")]
+    Supervisor(String),
+}
+
+/// Loads every configured adapter, applying the operator's policy for the
+/// ones that fail.
+pub async fn load_adapters(
+    runtime: &runtime::AdapterRuntime,
+    config: &HostConfig,
+) -> Result<HashMap<String, attempt::Adapter>, HostError> {
+    let path_env = std::env::var_os("PATH");
+    let mut adapters = HashMap::new();
+    for spec in &config.adapters {
+        let path = spec.path.display().to_string();
+        let loaded = async {
+            let allowlist = plan::Allowlist::resolve(&spec.programs, path_env.as_deref())
+                .map_err(|e| e.to_string())?;
+            let loaded = runtime.load(&spec.path).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(attempt::Adapter {
+                loaded,
+                allowlist: Arc::new(allowlist),
+            })
+        }
+        .await;
+        match loaded {
+            Ok(adapter) => {
+                let info = adapter.loaded.info();
+                tracing::info!(
+                    adapter = %info.name,
+                    version = %info.version,
+                    kinds = ?info.kinds,
+                    programs = ?adapter.allowlist.names(),
+                    %path,
+                    "adapter loaded"
+                );
+                if adapters
+                    .insert(info.name.clone(), adapter.clone())
+                    .is_some()
+                {
+                    return Err(HostError::DuplicateAdapter(info.name.clone()));
+                }
+            }
+            Err(reason) if config.on_adapter_error == OnAdapterError::Skip => {
+                tracing::error!(%path, %reason, "adapter not loaded; starting without it");
+            }
+            Err(reason) => return Err(HostError::Adapter { path, reason }),
+        }
+    }
+    if adapters.is_empty() {
+        return Err(HostError::NoAdapters);
+    }
+    Ok(adapters)
+}
+
+/// A started host.
+pub struct RunningHost {
+    agent: agent::AgentHandle,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl RunningHost {
+    /// Stops every running attempt (reported as interrupted, so the master
+    /// requeues it at once), waits for them up to `timeout`, and stops.
+    pub async fn shutdown(self, timeout: Duration) {
+        let (done, finished) = oneshot::channel();
+        if self
+            .agent
+            .tx
+            .send(agent::Event::Shutdown { done })
+            .await
+            .is_ok()
+        {
+            if tokio::time::timeout(timeout, finished).await.is_err() {
+                tracing::warn!("attempts did not stop in time");
+            }
+            // Give the reports a moment to reach the master.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts a host: adapters, lease renewal, the agent and the connection.
+pub async fn start(
+    config: HostConfig,
+    runtime: runtime::AdapterRuntime,
+    observer: Option<connection::AttemptObserver>,
+) -> Result<RunningHost, HostError> {
+    config.timers.validate()?;
+    if !config.supervisor.exists() {
+        return Err(HostError::Supervisor(
+            config.supervisor.display().to_string(),
+        ));
+    }
+    std::fs::create_dir_all(&config.work_dir).map_err(|source| HostError::WorkDir {
+        path: config.work_dir.display().to_string(),
+        source,
+    })?;
+    let adapters = load_adapters(&runtime, &config).await?;
+    let redis = Arc::new(
+        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, Duration::from_secs(2))
+            .map_err(HostError::RedisUrl)?,
+    );
+    let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
+    let lease = lease::LeaseLayer::new(redis, keys, config.id.clone(), &config.timers);
+    let book = Arc::new(renewer::LeaseBook::default());
+    let contact = Arc::new(renewer::Contact::new());
+    let config = Arc::new(config);
+    let env = attempt::AttemptEnv {
+        lease: lease.clone(),
+        book: book.clone(),
+        base_env: Arc::new(base_env(&config)),
+        config: config.clone(),
+    };
+    let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters);
+    let connection = connection::ConnectionConfig {
+        host: config.id.clone(),
+        master: config.master.clone(),
+        slots: config.slots,
+        adapters: agent.adapter_infos(),
+        secret: config.cluster_secret.clone(),
+        timers: config.timers.clone(),
+        max_frame: config.max_frame_bytes,
+    };
+    tracing::info!(
+        host = %config.id,
+        master = %config.master,
+        slots = config.slots,
+        backoff = %connection::describe_backoff(&config.timers),
+        "host starting"
+    );
+    let t = &config.timers;
+    let tasks = vec![
+        tokio::spawn(agent.run(t.heartbeat_interval, t.report_resend_interval)),
+        tokio::spawn(renewer::run(
+            lease,
+            book,
+            contact.clone(),
+            t.heartbeat_interval,
+            t.lease_ttl,
+        )),
+        tokio::spawn(connection::run(
+            connection,
+            handle.clone(),
+            contact,
+            observer,
+        )),
+    ];
+    Ok(RunningHost {
+        agent: handle,
+        tasks,
+    })
+}
+
+/// The environment every trainer starts from: the variables the operator
+/// passes through from the host's own environment, then those it sets.
+fn base_env(config: &HostConfig) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = config
+        .pass_env
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v)))
+        .collect();
+    for (name, value) in &config.trainer_env {
+        env.retain(|(n, _)| n != name);
+        env.push((name.clone(), value.clone()));
+    }
+    env
+}

@@ -5,6 +5,168 @@
 //! # Layout
 //! - [`model`]: tasks, attempts and hosts as plain data.
 //! - [`store`]: the task table through sqlx (SQLite or PostgreSQL).
+//! - [`scheduler`]: the single writer of task state — queue, dispatch,
+//!   reports, the recovery sweep.
+//! - [`recovery`]: the sweep's and reports' decisions as pure functions.
+//! - [`sweep`], [`reconcile`]: the Redis reads (and fences) they rest on.
+//! - [`sessions`]: the host listener, handshake and per-connection sessions.
+//! - [`api`]: the HTTP API and the live event stream.
+//! - [`events`]: fan-out of task events.
+//! - [`config`]: the master's settings.
 
+pub mod api;
+pub mod config;
+pub mod events;
 pub mod model;
+pub mod reconcile;
+pub mod recovery;
+pub mod scheduler;
+pub mod sessions;
 pub mod store;
+pub mod sweep;
+
+use config::MasterConfig;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Why the master could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    #[error("invalid timers: {0}")]
+    Timers(#[from] trainyard_proto::timers::InvalidTimers),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    #[error("invalid Redis URL: {0}")]
+    RedisUrl(redis::RedisError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started master. Dropping it does not stop it; call [`RunningMaster::stop`].
+pub struct RunningMaster {
+    /// Where hosts connect.
+    pub hosts_addr: SocketAddr,
+    /// Where the HTTP API listens.
+    pub api_addr: SocketAddr,
+    pub scheduler: scheduler::SchedulerHandle,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl RunningMaster {
+    /// Stops accepting, lets the scheduler finish its turn, and waits.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Waits until the master stops by itself (it does not, short of a bug).
+    pub async fn wait(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Connects to the database (running migrations) and Redis, reconciles, and
+/// starts the scheduler, the host listener and the API.
+pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
+    config.timers.validate()?;
+    let store = store::Store::connect(&config.database_url).await?;
+    tracing::info!(backend = ?store.backend(), "task store ready");
+    let redis = Arc::new(
+        trainyard_proto::redis_link::RedisLink::new(
+            &config.redis_url,
+            std::time::Duration::from_secs(2),
+        )
+        .map_err(MasterError::RedisUrl)?,
+    );
+    let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
+    let events = events::Events::new(16 * 1024);
+    let (scheduler, handle) = scheduler::Scheduler::start(
+        store.clone(),
+        redis,
+        keys,
+        events.clone(),
+        scheduler::SchedulerConfig {
+            timers: config.timers.clone(),
+            max_batch: config.max_batch,
+            known_adapters: config.known_adapters.clone(),
+        },
+    )
+    .await?;
+
+    let hosts_listener = TcpListener::bind(config.hosts_listen)
+        .await
+        .map_err(|source| MasterError::Listen {
+            addr: config.hosts_listen,
+            source,
+        })?;
+    let api_listener = TcpListener::bind(config.api_listen)
+        .await
+        .map_err(|source| MasterError::Listen {
+            addr: config.api_listen,
+            source,
+        })?;
+    let hosts_addr = hosts_listener
+        .local_addr()
+        .map_err(|source| MasterError::Listen {
+            addr: config.hosts_listen,
+            source,
+        })?;
+    let api_addr = api_listener
+        .local_addr()
+        .map_err(|source| MasterError::Listen {
+            addr: config.api_listen,
+            source,
+        })?;
+
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let mut tasks = JoinSet::new();
+    tasks.spawn(scheduler.run(until_stopped()));
+    tasks.spawn(sessions::serve(
+        hosts_listener,
+        sessions::ListenerConfig {
+            secret: config.cluster_secret.clone(),
+            timers: config.timers.clone(),
+            max_frame: config.max_frame_bytes,
+            max_connections: config.max_connections,
+        },
+        handle.clone(),
+        until_stopped(),
+    ));
+    let app = api::router(api::AppState {
+        store,
+        scheduler: handle.clone(),
+        events,
+        api_token: config.api_token.clone().into(),
+        default_max_attempts: config.default_max_attempts,
+    });
+    let api_stopped = until_stopped();
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(api_listener, app)
+            .with_graceful_shutdown(api_stopped)
+            .await
+        {
+            tracing::error!(error = %e, "API server failed");
+        }
+    });
+    tracing::info!(%hosts_addr, %api_addr, "master listening");
+    Ok(RunningMaster {
+        hosts_addr,
+        api_addr,
+        scheduler: handle,
+        stop,
+        tasks,
+    })
+}

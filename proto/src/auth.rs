@@ -61,7 +61,13 @@ impl ClusterSecret {
     }
 
     /// Checks a host's proof in constant time.
-    pub fn verify_host(&self, master_nonce: &[u8], host_nonce: &[u8], host_id: &str, proof: &[u8]) -> bool {
+    pub fn verify_host(
+        &self,
+        master_nonce: &[u8],
+        host_nonce: &[u8],
+        host_id: &str,
+        proof: &[u8],
+    ) -> bool {
         self.mac(HOST_LABEL, master_nonce, host_nonce, host_id)
             .verify_slice(proof)
             .is_ok()
@@ -76,7 +82,13 @@ impl ClusterSecret {
     }
 
     /// Checks the master's proof in constant time.
-    pub fn verify_master(&self, master_nonce: &[u8], host_nonce: &[u8], host_id: &str, proof: &[u8]) -> bool {
+    pub fn verify_master(
+        &self,
+        master_nonce: &[u8],
+        host_nonce: &[u8],
+        host_id: &str,
+        proof: &[u8],
+    ) -> bool {
         self.mac(MASTER_LABEL, host_nonce, master_nonce, host_id)
             .verify_slice(proof)
             .is_ok()
@@ -120,9 +132,18 @@ mod tests {
         let (m, h) = (nonce(), nonce());
         let s = secret("correct horse battery staple");
         let proof = s.host_proof(&m, &h, "gpu-1");
-        assert!(!s.verify_host(&nonce(), &h, "gpu-1", &proof), "replayed against a new challenge");
-        assert!(!s.verify_host(&m, &h, "gpu-2", &proof), "claimed by another host");
-        assert!(!s.verify_master(&m, &h, "gpu-1", &proof), "reflected back as the master's proof");
+        assert!(
+            !s.verify_host(&nonce(), &h, "gpu-1", &proof),
+            "replayed against a new challenge"
+        );
+        assert!(
+            !s.verify_host(&m, &h, "gpu-2", &proof),
+            "claimed by another host"
+        );
+        assert!(
+            !s.verify_master(&m, &h, "gpu-1", &proof),
+            "reflected back as the master's proof"
+        );
         assert!(s.verify_master(&m, &h, "gpu-1", &s.master_proof(&m, &h, "gpu-1")));
     }
 

@@ -7,7 +7,7 @@
 
 use bytes::{Bytes, BytesMut};
 use serde::{de::DeserializeOwned, Serialize};
-use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 /// Default upper bound of one frame: room for a dispatch that carries an
 /// 8 MiB checkpoint.
@@ -63,18 +63,25 @@ impl<In: DeserializeOwned, Out> Decoder for MessageCodec<In, Out> {
     type Error = FrameError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<In>, FrameError> {
-        if src.len() >= 4 {
-            let declared = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
-            if declared > self.limit {
-                return Err(FrameError::TooLarge {
+        match self.frames.decode(src) {
+            Ok(Some(body)) => decode(&body).map(Some),
+            Ok(None) => Ok(None),
+            // The codec refuses an oversized length before reserving room for
+            // it, leaving the length field unread in `src`.
+            Err(e)
+                if e.get_ref()
+                    .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>()) =>
+            {
+                let declared = src
+                    .get(..4)
+                    .map(|h| u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize)
+                    .unwrap_or(0);
+                Err(FrameError::TooLarge {
                     declared,
                     limit: self.limit,
-                });
+                })
             }
-        }
-        match self.frames.decode(src)? {
-            Some(body) => decode(&body).map(Some),
-            None => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -127,7 +134,9 @@ mod tests {
     fn a_declared_length_over_the_limit_is_refused_before_the_body_arrives() {
         let mut buf = BytesMut::from(&u32::to_be_bytes(1 << 30)[..]);
         let err = MasterSide::new(1024).decode(&mut buf).unwrap_err();
-        assert!(matches!(err, FrameError::TooLarge { declared, limit: 1024 } if declared == 1 << 30));
+        assert!(
+            matches!(err, FrameError::TooLarge { declared, limit: 1024 } if declared == 1 << 30)
+        );
         // Nothing was reserved for the announced gigabyte.
         assert!(buf.capacity() < 1024);
     }
@@ -154,7 +163,8 @@ mod tests {
 
     #[test]
     fn an_unknown_message_kind_is_malformed() {
-        let body = rmp_serde::to_vec_named(&serde_json::json!({"Teleport": {"to": "mars"}})).unwrap();
+        let body =
+            rmp_serde::to_vec_named(&serde_json::json!({"Teleport": {"to": "mars"}})).unwrap();
         let err = decode::<HostMessage>(&body).unwrap_err();
         assert!(matches!(err, FrameError::Malformed(_)), "{err}");
     }

@@ -124,15 +124,24 @@ mod tests {
         assert_eq!(keys.task_owner(123), "task:123:workerId");
         assert_eq!(keys.worker_task(&worker), "worker:worker-1/0:task");
         assert_eq!(keys.host_heartbeat("worker-1"), "worker:worker-1:hb");
-        assert_eq!(keys.parse_worker_task("worker:worker-1/0:task"), Some(worker.clone()));
+        assert_eq!(
+            keys.parse_worker_task("worker:worker-1/0:task"),
+            Some(worker.clone())
+        );
         assert_eq!(Keys::new("ty:").task_owner(5), "ty:task:5:workerId");
-        assert_eq!(Keys::new("ty:").parse_worker_task("worker:worker-1/0:task"), None);
+        assert_eq!(
+            Keys::new("ty:").parse_worker_task("worker:worker-1/0:task"),
+            None
+        );
     }
 
     #[test]
     fn lease_values_round_trip() {
         let worker = HostId::new("gpu-2").unwrap().worker(1);
-        assert_eq!(parse_owner_value(&owner_value(&worker, 4)), Some((worker, 4)));
+        assert_eq!(
+            parse_owner_value(&owner_value(&worker, 4)),
+            Some((worker, 4))
+        );
         let a = AttemptRef::new(99, 3);
         assert_eq!(parse_attempt_value(&attempt_value(a)), Some(a));
         assert_eq!(parse_owner_value("nonsense"), None);

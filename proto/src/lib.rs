@@ -9,9 +9,11 @@
 //! - [`auth`]: the HMAC challenge-response that proves a host knows the
 //!   cluster secret without sending it.
 //! - [`keys`]: Redis key names and lease values.
+//! - [`redis_link`] (feature `redis`): a Redis connection that survives
+//!   Redis being down at start-up and reconnects after it restarts.
 //! - [`timers`]: the intervals and TTLs master and hosts must agree on.
 //!
-//! This crate does no I/O of its own; policy (timeouts, retries) belongs to
+//! Apart from `redis_link` this crate does no I/O; policy (timeouts, retries) belongs to
 //! the master and the host.
 
 pub mod auth;
@@ -19,6 +21,8 @@ pub mod frame;
 pub mod ids;
 pub mod keys;
 pub mod messages;
+#[cfg(feature = "redis")]
+pub mod redis_link;
 pub mod timers;
 
 pub use ids::{AttemptRef, HostId, InvalidId, TaskId, WorkerId};

@@ -158,11 +158,19 @@ pub struct AttemptReport {
 pub enum HostMessage {
     Hello(Hello),
     /// Sent every heartbeat interval: what each busy slot runs.
-    Heartbeat { running: Vec<RunningAttempt> },
+    Heartbeat {
+        running: Vec<RunningAttempt>,
+    },
     /// The host holds the attempt's lease and has started it in `slot`.
-    Accepted { attempt: AttemptRef, slot: u32 },
+    Accepted {
+        attempt: AttemptRef,
+        slot: u32,
+    },
     /// The host did not start the attempt and holds no lease for it.
-    Rejected { attempt: AttemptRef, reason: String },
+    Rejected {
+        attempt: AttemptRef,
+        reason: String,
+    },
     Progress(ProgressUpdate),
     Report(AttemptReport),
 }
@@ -173,16 +181,25 @@ pub enum MasterMessage {
     Challenge(Challenge),
     Welcome(Welcome),
     /// The handshake failed; the master closes the connection after this.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
     Dispatch(Dispatch),
     /// Stop the attempt because the task was cancelled.
-    Cancel { attempt: AttemptRef },
+    Cancel {
+        attempt: AttemptRef,
+    },
     /// Stop the attempt: the master no longer considers it the task's live
     /// attempt (it was given away, or the task has ended).
-    Stop { attempt: AttemptRef, reason: String },
+    Stop {
+        attempt: AttemptRef,
+        reason: String,
+    },
     HeartbeatAck,
     /// The master has recorded this report; the host may forget it.
-    ReportAck { attempt: AttemptRef },
+    ReportAck {
+        attempt: AttemptRef,
+    },
 }
 
 impl HostMessage {

@@ -159,7 +159,8 @@ mod tests {
 
     #[test]
     fn durations_read_as_human_text() {
-        let t: Timers = serde_json::from_str(r#"{"lease_ttl": "2s", "heartbeat_interval": "250ms"}"#).unwrap();
+        let t: Timers =
+            serde_json::from_str(r#"{"lease_ttl": "2s", "heartbeat_interval": "250ms"}"#).unwrap();
         assert_eq!(t.lease_ttl, Duration::from_secs(2));
         assert_eq!(t.heartbeat_interval, Duration::from_millis(250));
         assert!(serde_json::from_str::<Timers>(r#"{"lease_tll": "2s"}"#).is_err());

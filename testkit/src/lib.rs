@@ -64,8 +64,12 @@ impl RedisServer {
                 )
             });
         self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("redis-server did not listen on port {} within 10 s", self.port));
+        wait_for_port(self.port, Duration::from_secs(10)).unwrap_or_else(|| {
+            panic!(
+                "redis-server did not listen on port {} within 10 s",
+                self.port
+            )
+        });
     }
 
     pub fn port(&self) -> u16 {
@@ -243,9 +247,10 @@ impl Drop for Database {
                 rt.block_on(async move {
                     use sqlx::Connection;
                     if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                            .execute(&mut admin)
-                            .await;
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&mut admin)
+                                .await;
                         let _ = admin.close().await;
                     }
                 });
@@ -269,7 +274,10 @@ mod tests {
             replace_database("postgres://u:p@h/test?sslmode=disable", "x"),
             "postgres://u:p@h/x?sslmode=disable"
         );
-        assert_eq!(replace_database("postgres://h:5432", "x"), "postgres://h:5432/x");
+        assert_eq!(
+            replace_database("postgres://h:5432", "x"),
+            "postgres://h:5432/x"
+        );
     }
 
     #[test]

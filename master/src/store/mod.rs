@@ -1,1 +1,123 @@
-//! The task store (placeholder; being written).
+//! The task store: tasks, their attempts and the hosts seen, kept in SQLite
+//! or PostgreSQL through sqlx's `Any` driver, so one set of queries serves
+//! both.
+//!
+//! The database is the truth for a task. Every write in a [`Batch`] is a
+//! compare-and-set on the task's current `status` and `attempt`, so the write
+//! of an actor that lost the race (a stale report, a duplicate dispatch)
+//! changes nothing and comes back as not applied; that is how the system's
+//! fencing reaches the database. A batch commits in one transaction.
+//!
+//! # Layout
+//! - `connect`: URLs, connection settings, migrations.
+//! - `batch`: the write types, and how a batch is grouped into statements.
+//! - `apply`, `statements`: the batch transaction and its SQL.
+//! - `values`: multi-row `VALUES` statements, chunked and padded.
+//! - `read`: the queries the scheduler and the API make.
+//! - `rows`, `json`: decoding rows, and the JSON columns.
+
+mod apply;
+mod batch;
+mod connect;
+mod json;
+mod read;
+mod rows;
+mod statements;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+pub use batch::{Batch, BatchResult, Next, Write};
+pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
+
+use sqlx::AnyPool;
+
+/// The database behind a [`Store`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Why the task store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "unsupported database URL {url:?}: use sqlite:<path> (e.g. sqlite:/var/lib/trainyard/tasks.db) \
+         or postgres://<user>@<host>/<database> (also postgresql://)"
+    )]
+    UnsupportedUrl { url: String },
+    #[error("invalid database URL {url}: {source}")]
+    InvalidUrl { url: String, source: sqlx::Error },
+    #[error("cannot create the directory {path} for the SQLite database: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to the database at {url}: {source}")]
+    Connect { url: String, source: sqlx::Error },
+    #[error("cannot bring the database schema at {url} up to date: {source}")]
+    Migrate {
+        url: String,
+        source: sqlx::migrate::MigrateError,
+    },
+    #[error("task store: cannot {action}: {source}")]
+    Database {
+        action: &'static str,
+        source: sqlx::Error,
+    },
+    /// A stored value this version cannot read: a bug, or a hand-edited row.
+    #[error("task store: {row} has an unreadable {column}: {reason}")]
+    Corrupt {
+        row: String,
+        column: &'static str,
+        reason: String,
+    },
+    #[error("task store: cannot encode {what} as JSON: {source}")]
+    Encode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// Wraps a database error with what the store was doing.
+    fn db(action: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+        move |source| StoreError::Database { action, source }
+    }
+}
+
+/// The master's handle on its database. Cheap to clone: the pool is shared.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects to `url` (`sqlite:` or `postgres:`/`postgresql:`) and brings
+    /// the schema up to date.
+    pub async fn connect(url: &str) -> Result<Store> {
+        let (pool, backend) = connect::open(url).await?;
+        Ok(Store { pool, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes every connection; later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Runs the whole batch in one transaction: the inserts first (their ids
+    /// come back in order), then the writes, each reporting whether it
+    /// applied. Any database error rolls the whole batch back.
+    pub async fn apply(&self, batch: &Batch) -> Result<BatchResult> {
+        apply::apply(&self.pool, self.backend, batch).await
+    }
+}

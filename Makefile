@@ -1,0 +1,48 @@
+# trainyard — the two commands of the quickstart are `make demo` and `make test`.
+# Each installs or checks what it needs, or stops naming the package to install.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+
+# Tests create (and drop) databases of their own on this PostgreSQL server.
+TRAINYARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+export TRAINYARD_TEST_DATABASE_URL
+
+.PHONY: demo test bench build adapters prerequisites fmt clippy clean
+
+prerequisites:
+	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
+	@command -v python3 >/dev/null || { echo "python3 not found: install the Debian package python3"; exit 1; }
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+adapters: prerequisites
+	@$(MAKE) --no-print-directory -C adapters build
+
+build: adapters
+	$(CARGO) build --workspace --bins
+
+demo: build
+	@[ -n "$$TRAINYARD_REDIS_URL" ] || command -v redis-server >/dev/null || { \
+	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_REDIS_URL)"; exit 1; }
+	./target/debug/trainyard demo
+
+test: build
+	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
+	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
+	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
+	$(CARGO) test --workspace --no-fail-fast
+	@$(MAKE) --no-print-directory -C adapters test
+
+bench: adapters
+	$(CARGO) build --release --workspace --bins
+	./target/release/trainyard-bench all
+
+fmt:
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	$(MAKE) -C adapters clean

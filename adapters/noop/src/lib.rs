@@ -1,0 +1,126 @@
+//! The `noop` task adapter: runs nothing, or `true`, and always succeeds.
+//!
+//! It exists to measure the scheduler's own cost per task (dispatch, leases,
+//! result recording) without a trainer in the way, so every call does as
+//! little as it can: no JSON library, no logging, no state between calls.
+//! Params are checked in [`params`].
+
+mod params;
+
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "task-adapter",
+    });
+}
+
+use bindings::exports::trainyard::adapter::adapter::Guest;
+use bindings::trainyard::adapter::types::{
+    AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Metric, Progress, Task, TaskError,
+    TaskResult,
+};
+
+struct Noop;
+
+impl Guest for Noop {
+    fn describe() -> AdapterInfo {
+        AdapterInfo {
+            name: "noop".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            description: "Does nothing (or runs `true`), for benchmarking the scheduler".to_owned(),
+            kinds: vec!["noop".to_owned()],
+        }
+    }
+
+    fn prepare(task: Task) -> Result<LaunchPlan, TaskError> {
+        let params = params::parse(&task.params).map_err(|e| TaskError {
+            message: e.to_string(),
+            retryable: false,
+        })?;
+        Ok(launch_plan(params))
+    }
+
+    fn on_output(_line: String) -> Option<Progress> {
+        None
+    }
+
+    fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
+        outcome(&exit.status)
+    }
+}
+
+fn launch_plan(params: params::NoopParams) -> LaunchPlan {
+    LaunchPlan {
+        files: Vec::new(),
+        command: params.spawn.then(|| Command {
+            program: "true".to_owned(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }),
+    }
+}
+
+fn outcome(status: &ExitStatus) -> Result<TaskResult, TaskError> {
+    let failure = |message: String| {
+        Err(TaskError {
+            message,
+            retryable: true,
+        })
+    };
+    match status {
+        ExitStatus::NotLaunched | ExitStatus::Exited(0) => Ok(TaskResult {
+            metrics: vec![Metric {
+                name: "ok".to_owned(),
+                value: 1.0,
+            }],
+            checkpoint: None,
+            summary: None,
+        }),
+        ExitStatus::Exited(code) => failure(format!("`true` exited with code {code}")),
+        ExitStatus::Signaled(signal) => failure(format!("`true` was killed by signal {signal}")),
+    }
+}
+
+bindings::export!(Noop with_types_in bindings);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_false_runs_nothing_and_spawn_true_runs_true() {
+        let idle = launch_plan(params::NoopParams { spawn: false });
+        assert!(idle.files.is_empty());
+        assert!(idle.command.is_none());
+
+        let spawned = launch_plan(params::NoopParams { spawn: true });
+        let command = spawned.command.expect("a command");
+        assert_eq!(command.program, "true");
+        assert!(command.args.is_empty() && command.env.is_empty());
+    }
+
+    #[test]
+    fn not_launched_or_exit_0_succeeds_with_ok_1() {
+        for status in [ExitStatus::NotLaunched, ExitStatus::Exited(0)] {
+            let result = outcome(&status).map_err(|e| e.message).expect("success");
+            let metrics: Vec<(&str, f64)> = result
+                .metrics
+                .iter()
+                .map(|m| (m.name.as_str(), m.value))
+                .collect();
+            assert_eq!(metrics, [("ok", 1.0)]);
+        }
+    }
+
+    #[test]
+    fn any_other_exit_is_a_retryable_failure() {
+        for (status, message) in [
+            (ExitStatus::Exited(1), "`true` exited with code 1"),
+            (ExitStatus::Signaled(9), "`true` was killed by signal 9"),
+        ] {
+            let err = outcome(&status).map(|_| ()).expect_err(message);
+            assert!(err.retryable);
+            assert_eq!(err.message, message);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The launch plan for one attempt of a q-learning task.
+//!
+//! The plan writes two files into the workspace, the trainer script (embedded
+//! in the component, so a host needs nothing but `python3`) and its
+//! normalised `params.json`, and runs `python3 -u trainer.py --config
+//! params.json`, adding `--resume PATH` when an earlier attempt left a
+//! checkpoint file, which the host has already placed in this workspace.
+
+use crate::bindings::trainyard::adapter::types::{
+    Checkpoint, Command, EnvVar, LaunchPlan, Task, WorkspaceFile,
+};
+use crate::params::{self, ParamsError, TrainerParams};
+use serde::Serialize;
+
+/// The task kind this adapter serves.
+pub const KIND: &str = "q-learning";
+/// The reference trainer, shipped inside the component.
+pub const TRAINER_SOURCE: &str = include_str!("../trainer/trainer.py");
+pub const TRAINER_FILE: &str = "trainer.py";
+pub const CONFIG_FILE: &str = "params.json";
+/// The interpreter; it must be on the host's allowlist for this adapter.
+pub const PROGRAM: &str = "python3";
+
+/// Why an attempt could not be planned. None is worth a retry: the task
+/// itself is at fault, not the host.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    #[error("python-trainer runs tasks of kind \"{KIND}\" only, not \"{kind}\"")]
+    WrongKind { kind: String },
+    #[error(
+        "python-trainer resumes only from a checkpoint file in the workspace; \
+         an external checkpoint ({reference}) is not supported"
+    )]
+    ExternalCheckpoint { reference: String },
+}
+
+/// What `prepare` decided: the plan for the host, and what the adapter keeps
+/// for logging.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedAttempt {
+    pub plan: LaunchPlan,
+    pub params: TrainerParams,
+    /// The workspace checkpoint the trainer resumes from, if any.
+    pub resume_from: Option<String>,
+}
+
+/// `params.json` as the trainer reads it: the task's params plus who it is,
+/// for the trace file.
+#[derive(Serialize)]
+struct TrainerConfig<'a> {
+    task: u64,
+    attempt: u32,
+    #[serde(flatten)]
+    params: &'a TrainerParams,
+}
+
+/// Validates the task and builds its launch plan.
+pub fn prepare(task: &Task) -> Result<PreparedAttempt, PlanError> {
+    if task.kind != KIND {
+        return Err(PlanError::WrongKind {
+            kind: task.kind.clone(),
+        });
+    }
+    let params = params::parse(&task.params)?;
+    let resume_from = match &task.checkpoint {
+        None => None,
+        Some(Checkpoint::WorkspaceFile(path)) => Some(path.clone()),
+        Some(Checkpoint::External(reference)) => {
+            return Err(PlanError::ExternalCheckpoint {
+                reference: reference.chars().take(200).collect(),
+            })
+        }
+    };
+    let config = TrainerConfig {
+        task: task.id,
+        attempt: task.attempt,
+        params: &params,
+    };
+    // Serialising plain numbers, strings and options cannot fail.
+    let config_json = serde_json::to_vec_pretty(&config).unwrap_or_default();
+
+    let mut args: Vec<String> = ["-u", TRAINER_FILE, "--config", CONFIG_FILE]
+        .map(String::from)
+        .into();
+    if let Some(path) = &resume_from {
+        args.extend(["--resume".to_owned(), path.clone()]);
+    }
+    let plan = LaunchPlan {
+        files: vec![
+            WorkspaceFile {
+                path: TRAINER_FILE.to_owned(),
+                contents: TRAINER_SOURCE.as_bytes().to_vec(),
+            },
+            WorkspaceFile {
+                path: CONFIG_FILE.to_owned(),
+                contents: config_json,
+            },
+        ],
+        command: Some(Command {
+            program: PROGRAM.to_owned(),
+            args,
+            env: [("PYTHONUNBUFFERED", "1"), ("PYTHONDONTWRITEBYTECODE", "1")]
+                .map(|(name, value)| EnvVar {
+                    name: name.to_owned(),
+                    value: value.to_owned(),
+                })
+                .into(),
+        }),
+    };
+    Ok(PreparedAttempt {
+        plan,
+        params,
+        resume_from,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(params: &str, checkpoint: Option<Checkpoint>) -> Task {
+        Task {
+            id: 17,
+            attempt: 3,
+            kind: KIND.to_owned(),
+            params: params.to_owned(),
+            checkpoint,
+            workspace: "/workspace".to_owned(),
+        }
+    }
+
+    fn file<'a>(plan: &'a LaunchPlan, path: &str) -> &'a [u8] {
+        plan.files
+            .iter()
+            .find(|f| f.path == path)
+            .map(|f| f.contents.as_slice())
+            .unwrap_or_else(|| panic!("no {path} in the plan"))
+    }
+
+    #[test]
+    fn fresh_attempt_runs_the_embedded_trainer_with_normalised_params() {
+        let prepared = prepare(&task(r#"{"episodes": 40, "seed": 9}"#, None)).expect("plan");
+        let plan = &prepared.plan;
+        assert_eq!(file(plan, "trainer.py"), TRAINER_SOURCE.as_bytes());
+        let config: serde_json::Value =
+            serde_json::from_slice(file(plan, "params.json")).expect("params.json is JSON");
+        assert_eq!(config["task"], 17);
+        assert_eq!(config["attempt"], 3);
+        assert_eq!(config["episodes"], 40);
+        assert_eq!(config["seed"], 9);
+        assert_eq!(config["learning_rate"], 0.5);
+        assert_eq!(config["checkpoint_every"], 50);
+        assert!(config.get("fail_at_episode").is_none());
+
+        let command = plan.command.as_ref().expect("a command");
+        assert_eq!(command.program, "python3");
+        assert_eq!(
+            command.args,
+            ["-u", "trainer.py", "--config", "params.json"]
+        );
+        let env: Vec<(&str, &str)> = command
+            .env
+            .iter()
+            .map(|v| (v.name.as_str(), v.value.as_str()))
+            .collect();
+        assert_eq!(
+            env,
+            [("PYTHONUNBUFFERED", "1"), ("PYTHONDONTWRITEBYTECODE", "1")]
+        );
+        assert_eq!(prepared.resume_from, None);
+    }
+
+    #[test]
+    fn workspace_checkpoint_is_passed_to_resume() {
+        let prepared = prepare(&task(
+            "{}",
+            Some(Checkpoint::WorkspaceFile("checkpoint.json".to_owned())),
+        ))
+        .expect("plan");
+        let command = prepared.plan.command.expect("a command");
+        assert_eq!(
+            command.args,
+            [
+                "-u",
+                "trainer.py",
+                "--config",
+                "params.json",
+                "--resume",
+                "checkpoint.json"
+            ]
+        );
+        assert_eq!(prepared.resume_from.as_deref(), Some("checkpoint.json"));
+    }
+
+    #[test]
+    fn external_checkpoint_is_refused() {
+        let err = prepare(&task(
+            "{}",
+            Some(Checkpoint::External("s3://bucket/ckpt".to_owned())),
+        ))
+        .expect_err("external checkpoints are unsupported");
+        assert_eq!(
+            err.to_string(),
+            "python-trainer resumes only from a checkpoint file in the workspace; \
+             an external checkpoint (s3://bucket/ckpt) is not supported"
+        );
+    }
+
+    #[test]
+    fn invalid_params_and_wrong_kind_are_refused() {
+        let err = prepare(&task(r#"{"learning_rate": 7}"#, None)).expect_err("invalid");
+        assert_eq!(
+            err.to_string(),
+            r#"invalid params: "learning_rate" must be a number in (0, 1], got 7"#
+        );
+        let mut other = task("{}", None);
+        other.kind = "ppo".to_owned();
+        assert_eq!(
+            prepare(&other).expect_err("wrong kind").to_string(),
+            r#"python-trainer runs tasks of kind "q-learning" only, not "ppo""#
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! The host's agent: one task that owns the slots, starts an attempt for
+//! each dispatch, routes the master's orders to running attempts, sends
+//! heartbeats, and keeps every final report until the master acknowledges
+//! it (re-sending it on every reconnect and every resend interval).
+//!
+//! The connection ([`crate::connection`]) and the attempts talk to it
+//! through one channel of [`Event`]s; it never blocks on the network.
+
+use crate::attempt::{self, Adapter, AttemptEnv, Control};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use trainyard_proto::messages::{
+    AdapterInfo, AttemptReport, Dispatch, HostMessage, MasterMessage, ProgressUpdate,
+    RunningAttempt,
+};
+use trainyard_proto::{AttemptRef, HostId};
+
+/// What an attempt tells the agent.
+#[derive(Debug)]
+pub enum AttemptEvent {
+    Accepted {
+        attempt: AttemptRef,
+        slot: u32,
+    },
+    Rejected {
+        attempt: AttemptRef,
+        slot: u32,
+        reason: String,
+    },
+    Progress(ProgressUpdate),
+    /// The attempt is over: its trainer is gone and its lease released.
+    Finished {
+        slot: u32,
+        report: AttemptReport,
+    },
+}
+
+pub enum Event {
+    /// A connection is handshaking and needs the attempts still running.
+    Handshaking {
+        reply: oneshot::Sender<Vec<RunningAttempt>>,
+    },
+    /// The handshake completed; messages for the master go to `outbox`.
+    Connected {
+        session: u64,
+        outbox: mpsc::Sender<HostMessage>,
+    },
+    Disconnected {
+        session: u64,
+    },
+    FromMaster(MasterMessage),
+    Attempt(AttemptEvent),
+    /// Stop every attempt and report them; reply when all have ended.
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+struct Slot {
+    attempt: AttemptRef,
+    control: mpsc::Sender<Control>,
+}
+
+pub struct Agent {
+    host: HostId,
+    env: AttemptEnv,
+    adapters: HashMap<String, Adapter>,
+    slots: Vec<Option<Slot>>,
+    /// Final reports not yet acknowledged, by attempt.
+    unacked: BTreeMap<AttemptRef, AttemptReport>,
+    /// The newest progress of each running attempt, re-sent on reconnect so
+    /// a checkpoint announced while the master was away still reaches it.
+    last_progress: HashMap<AttemptRef, ProgressUpdate>,
+    outbox: Option<(u64, mpsc::Sender<HostMessage>)>,
+    events_tx: mpsc::Sender<Event>,
+    events: mpsc::Receiver<Event>,
+    shutting_down: Option<oneshot::Sender<()>>,
+}
+
+/// The sending side of the agent's channel.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub tx: mpsc::Sender<Event>,
+}
+
+impl Agent {
+    pub fn new(
+        host: HostId,
+        slots: u32,
+        env: AttemptEnv,
+        adapters: HashMap<String, Adapter>,
+    ) -> (Agent, AgentHandle) {
+        let (events_tx, events) = mpsc::channel(1024);
+        let agent = Agent {
+            host,
+            env,
+            adapters,
+            slots: (0..slots).map(|_| None).collect(),
+            unacked: BTreeMap::new(),
+            last_progress: HashMap::new(),
+            outbox: None,
+            events_tx: events_tx.clone(),
+            events,
+            shutting_down: None,
+        };
+        (agent, AgentHandle { tx: events_tx })
+    }
+
+    /// What the host carries, for the handshake.
+    pub fn adapter_infos(&self) -> Vec<AdapterInfo> {
+        let mut infos: Vec<AdapterInfo> = self
+            .adapters
+            .values()
+            .map(|a| a.loaded.info().clone())
+            .collect();
+        infos.sort_by(|a, b| a.name.cmp(&b.name));
+        infos
+    }
+
+    pub async fn run(mut self, heartbeat: Duration, resend: Duration) {
+        let mut heartbeats = tokio::time::interval(heartbeat);
+        heartbeats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut resends = tokio::time::interval(resend);
+        resends.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                event = self.events.recv() => {
+                    let Some(event) = event else { break };
+                    self.handle(event);
+                }
+                _ = heartbeats.tick() => self.heartbeat(),
+                _ = resends.tick() => self.resend_reports(),
+            }
+            if self.shutting_down.is_some() && self.running().is_empty() {
+                if let Some(done) = self.shutting_down.take() {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn running(&self) -> Vec<RunningAttempt> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                s.as_ref().map(|s| RunningAttempt {
+                    attempt: s.attempt,
+                    slot: i as u32,
+                })
+            })
+            .collect()
+    }
+
+    fn send(&mut self, message: HostMessage) {
+        let Some((_, outbox)) = &self.outbox else {
+            return;
+        };
+        if outbox.try_send(message).is_err() {
+            // Full or closed: the connection is going away; what matters
+            // (reports, running attempts) is sent again on reconnect.
+            tracing::debug!("connection outbox unavailable; message dropped");
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Handshaking { reply } => {
+                let _ = reply.send(self.running());
+            }
+            Event::Connected { session, outbox } => {
+                self.outbox = Some((session, outbox));
+                self.heartbeat();
+                for update in self.last_progress.values().cloned().collect::<Vec<_>>() {
+                    self.send(HostMessage::Progress(update));
+                }
+                self.resend_reports();
+            }
+            Event::Disconnected { session } => {
+                if self.outbox.as_ref().is_some_and(|(s, _)| *s == session) {
+                    self.outbox = None;
+                }
+            }
+            Event::FromMaster(message) => self.from_master(message),
+            Event::Attempt(event) => self.from_attempt(event),
+            Event::Shutdown { done } => {
+                for slot in self.slots.iter().flatten() {
+                    let _ = slot.control.try_send(Control::Shutdown);
+                }
+                self.shutting_down = Some(done);
+            }
+        }
+    }
+
+    fn from_master(&mut self, message: MasterMessage) {
+        match message {
+            MasterMessage::Dispatch(dispatch) => self.dispatch(dispatch),
+            MasterMessage::Cancel { attempt } => self.control(attempt, Control::Cancel),
+            MasterMessage::Stop { attempt, reason } => {
+                tracing::warn!(%attempt, %reason, "master ordered this attempt stopped");
+                self.control(attempt, Control::Stop { reason });
+            }
+            MasterMessage::ReportAck { attempt } => {
+                if self.unacked.remove(&attempt).is_some() {
+                    tracing::debug!(%attempt, "report acknowledged");
+                }
+            }
+            MasterMessage::HeartbeatAck => {}
+            other => tracing::warn!(
+                kind = other.kind(),
+                "unexpected message from the master after the handshake"
+            ),
+        }
+    }
+
+    fn control(&mut self, attempt: AttemptRef, order: Control) {
+        if let Some(slot) = self.slots.iter().flatten().find(|s| s.attempt == attempt) {
+            let _ = slot.control.try_send(order);
+        }
+    }
+
+    fn dispatch(&mut self, dispatch: Dispatch) {
+        let attempt = dispatch.attempt;
+        let reject = |reason: String| HostMessage::Rejected { attempt, reason };
+        if self.shutting_down.is_some() {
+            return self.send(reject("the host is shutting down".into()));
+        }
+        if self
+            .slots
+            .iter()
+            .flatten()
+            .any(|s| s.attempt.task == attempt.task)
+            || self.unacked.contains_key(&attempt)
+        {
+            // A duplicate of something already running or done here.
+            tracing::warn!(%attempt, "dispatch for a task this host already runs; ignored");
+            return;
+        }
+        let Some(adapter) = self.adapters.get(&dispatch.adapter).cloned() else {
+            return self.send(reject(format!(
+                "this host does not carry adapter {:?}",
+                dispatch.adapter
+            )));
+        };
+        let Some(index) = self.slots.iter().position(Option::is_none) else {
+            return self.send(reject("no free slot".into()));
+        };
+        let (control, control_rx) = mpsc::channel(4);
+        self.slots[index] = Some(Slot { attempt, control });
+        let worker = self.host.worker(index as u32);
+        let env = self.env.clone();
+        let events = self.events_tx.clone();
+        let (attempt_events, mut from_attempt) = mpsc::channel(64);
+        tokio::spawn(attempt::run(
+            env,
+            adapter,
+            dispatch,
+            worker,
+            control_rx,
+            attempt_events,
+        ));
+        // Forward the attempt's events into the agent's own channel.
+        tokio::spawn(async move {
+            while let Some(e) = from_attempt.recv().await {
+                if events.send(Event::Attempt(e)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    fn from_attempt(&mut self, event: AttemptEvent) {
+        match event {
+            AttemptEvent::Accepted { attempt, slot } => {
+                self.send(HostMessage::Accepted { attempt, slot })
+            }
+            AttemptEvent::Rejected {
+                attempt,
+                slot,
+                reason,
+            } => {
+                self.free(slot, attempt);
+                self.send(HostMessage::Rejected { attempt, reason });
+            }
+            AttemptEvent::Progress(update) => {
+                self.last_progress.insert(update.attempt, update.clone());
+                self.send(HostMessage::Progress(update));
+            }
+            AttemptEvent::Finished { slot, report } => {
+                let attempt = report.attempt;
+                self.free(slot, attempt);
+                self.unacked.insert(attempt, report.clone());
+                self.send(HostMessage::Report(report));
+            }
+        }
+    }
+
+    fn free(&mut self, slot: u32, attempt: AttemptRef) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            if s.as_ref().is_some_and(|s| s.attempt == attempt) {
+                *s = None;
+            }
+        }
+        self.last_progress.remove(&attempt);
+    }
+
+    fn heartbeat(&mut self) {
+        let running = self.running();
+        self.send(HostMessage::Heartbeat { running });
+    }
+
+    fn resend_reports(&mut self) {
+        for report in self.unacked.values().cloned().collect::<Vec<_>>() {
+            self.send(HostMessage::Report(report));
+        }
+    }
+}

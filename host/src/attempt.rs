@@ -1,0 +1,575 @@
+//! One attempt of one task, from lease to report.
+//!
+//! 1. Take the lease (both keys, atomically) — before anything else, so a
+//!    crash from here on leaves a lease the master can see. Refused: tell
+//!    the master and stop.
+//! 2. Build a fresh workspace; place the checkpoint of an earlier attempt.
+//! 3. Instantiate the adapter, ask it for a launch plan, check the plan
+//!    against the operator's policy, write its files.
+//! 4. Launch the trainer under its supervisor; feed each stdout line to the
+//!    adapter; forward progress (throttled) and checkpoints (at once); pass
+//!    each renewed lease deadline to the supervisor; stop the trainer on
+//!    cancel, on a stop order, on a lost lease or past its time limit.
+//! 5. Ask the adapter for the result, unless the host itself ended the run.
+//! 6. Release the lease and store the report in one atomic step; hand the
+//!    report to the agent, which sends it until the master acknowledges it.
+
+use crate::agent::AttemptEvent;
+use crate::lease::{Acquired, LeaseLayer};
+use crate::plan::{self, Allowlist};
+use crate::process::{ExitKind, LaunchSpec, Trainer};
+use crate::renewer::{LeaseBook, LeaseState};
+use crate::runtime::{
+    AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, LoadedAdapter,
+    OutputEvent, TaskInput,
+};
+use crate::workspace::Workspace;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use trainyard_proto::messages::{AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate};
+use trainyard_proto::{now_ms, AttemptRef, WorkerId};
+
+/// What the agent may ask of a running attempt.
+#[derive(Debug, Clone)]
+pub enum Control {
+    /// The task was cancelled.
+    Cancel,
+    /// The master says this attempt is not the task's live one.
+    Stop { reason: String },
+    /// The host is shutting down.
+    Shutdown,
+}
+
+/// Everything an attempt needs from its host.
+#[derive(Clone)]
+pub struct AttemptEnv {
+    pub lease: LeaseLayer,
+    pub book: Arc<LeaseBook>,
+    pub config: Arc<crate::config::HostConfig>,
+    /// The trainer environment every attempt starts from (pass-through and
+    /// operator variables), computed once.
+    pub base_env: Arc<Vec<(String, String)>>,
+}
+
+/// An adapter with the programs it may launch.
+#[derive(Clone)]
+pub struct Adapter {
+    pub loaded: LoadedAdapter,
+    pub allowlist: Arc<Allowlist>,
+}
+
+/// Runs the attempt to its end and reports through `events`.
+pub async fn run(
+    env: AttemptEnv,
+    adapter: Adapter,
+    dispatch: Dispatch,
+    worker: WorkerId,
+    mut control: mpsc::Receiver<Control>,
+    events: mpsc::Sender<AttemptEvent>,
+) {
+    let attempt = dispatch.attempt;
+    let started = Instant::now();
+    let slot = worker.slot;
+
+    let deadline = match env.lease.acquire(&worker, attempt).await {
+        Ok(Acquired::Granted { deadline }) => deadline,
+        Ok(refused) => {
+            let reason = match refused {
+                Acquired::Fenced { fence } => {
+                    format!("the master gave this attempt up (attempts below {fence} may not run)")
+                }
+                Acquired::Held { by } => format!("the task's lease is held by {by}"),
+                Acquired::Granted { .. } => unreachable!(),
+            };
+            tracing::warn!(%attempt, %reason, "dispatch refused");
+            let _ = events
+                .send(AttemptEvent::Rejected {
+                    attempt,
+                    slot,
+                    reason,
+                })
+                .await;
+            return;
+        }
+        Err(e) => {
+            let reason = format!("could not take the lease: {e}");
+            tracing::warn!(%attempt, %reason, "dispatch refused");
+            let _ = events
+                .send(AttemptEvent::Rejected {
+                    attempt,
+                    slot,
+                    reason,
+                })
+                .await;
+            return;
+        }
+    };
+    let mut lease = env.book.hold(attempt, worker.clone(), deadline);
+    let _ = events.send(AttemptEvent::Accepted { attempt, slot }).await;
+    tracing::info!(%attempt, %worker, adapter = %dispatch.adapter, "attempt started");
+
+    let mut run = Run {
+        env: &env,
+        attempt,
+        events: &events,
+        progress: Throttle::new(env.config.progress_interval),
+    };
+    let (outcome, workspace) = run
+        .execute(&adapter, &dispatch, &mut control, &mut lease.state)
+        .await;
+
+    // Stop renewing before releasing, so a renewal cannot race the release.
+    drop(lease);
+    let report = AttemptReport {
+        attempt,
+        host: env.config.id.clone(),
+        slot,
+        outcome,
+        duration_ms: started.elapsed().as_millis() as u64,
+        finished_at_ms: now_ms(),
+    };
+    if let Err(e) = env.lease.release(&worker, &report).await {
+        // The report still goes over the connection; the lease runs out.
+        tracing::warn!(%attempt, error = %e, "could not release the lease and store the report in Redis");
+    }
+    tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
+    let _ = events.send(AttemptEvent::Finished { slot, report }).await;
+    if let Some(ws) = workspace {
+        if !env.config.keep_workspaces {
+            if let Err(e) = ws.remove() {
+                tracing::warn!(%attempt, error = %e, "could not remove the workspace");
+            }
+        }
+    }
+}
+
+pub fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Completed { .. } => "completed",
+        Outcome::Failed {
+            retryable: true, ..
+        } => "failed (retryable)",
+        Outcome::Failed {
+            retryable: false, ..
+        } => "failed",
+        Outcome::Cancelled => "cancelled",
+        Outcome::LeaseLost { .. } => "lease lost",
+    }
+}
+
+fn failed(message: impl Into<String>, retryable: bool) -> Outcome {
+    Outcome::Failed {
+        message: message.into(),
+        retryable,
+    }
+}
+
+/// Why the host itself ended a trainer.
+enum Ended {
+    Cancelled,
+    Stopped(String),
+    LeaseLost(String),
+    TimedOut(u64),
+    Shutdown,
+    AdapterFault(String),
+}
+
+struct Run<'a> {
+    env: &'a AttemptEnv,
+    attempt: AttemptRef,
+    events: &'a mpsc::Sender<AttemptEvent>,
+    progress: Throttle,
+}
+
+impl Run<'_> {
+    async fn execute(
+        &mut self,
+        adapter: &Adapter,
+        dispatch: &Dispatch,
+        control: &mut mpsc::Receiver<Control>,
+        lease: &mut tokio::sync::watch::Receiver<LeaseState>,
+    ) -> (Outcome, Option<Workspace>) {
+        let config = &self.env.config;
+        let workspace = match Workspace::create(&config.work_dir, self.attempt) {
+            Ok(w) => w,
+            Err(e) => {
+                return (
+                    failed(format!("cannot create the workspace: {e}"), true),
+                    None,
+                )
+            }
+        };
+        let checkpoint = match &dispatch.checkpoint {
+            None => None,
+            Some(Checkpoint::External(reference)) => {
+                Some(CheckpointRef::External(reference.clone()))
+            }
+            Some(Checkpoint::File { name, data }) => {
+                let placed = plan::check_relative_path(name)
+                    .map_err(|e| e.to_string())
+                    .and_then(|name| workspace.write_file(name, data).map_err(|e| e.to_string()));
+                match placed {
+                    Ok(()) => Some(CheckpointRef::WorkspaceFile(name.clone())),
+                    Err(e) => {
+                        tracing::warn!(attempt = %self.attempt, error = %e, "cannot place the previous checkpoint; starting without it");
+                        None
+                    }
+                }
+            }
+        };
+        let outcome = self
+            .prepare_and_run(adapter, dispatch, checkpoint, &workspace, control, lease)
+            .await;
+        (outcome, Some(workspace))
+    }
+
+    async fn prepare_and_run(
+        &mut self,
+        adapter: &Adapter,
+        dispatch: &Dispatch,
+        checkpoint: Option<CheckpointRef>,
+        workspace: &Workspace,
+        control: &mut mpsc::Receiver<Control>,
+        lease: &mut tokio::sync::watch::Receiver<LeaseState>,
+    ) -> Outcome {
+        let config = &self.env.config;
+        let context = AttemptContext {
+            attempt: self.attempt,
+            workspace: workspace.path().to_path_buf(),
+        };
+        let mut instance = match adapter.loaded.instantiate(context).await {
+            Ok(i) => i,
+            Err(fault) => return failed(fault.to_string(), false),
+        };
+        let input = TaskInput {
+            attempt: self.attempt,
+            kind: dispatch.kind.clone(),
+            params: dispatch.params.clone(),
+            checkpoint,
+        };
+        let plan = match instance.prepare(&input).await {
+            Err(fault) => return failed(fault.to_string(), false),
+            Ok(Err(failure)) => return failed(failure.message, failure.retryable),
+            Ok(Ok(plan)) => plan,
+        };
+        let plan = match plan::validate(plan, &adapter.allowlist) {
+            Ok(p) => p,
+            Err(e) => return failed(format!("launch plan refused: {e}"), false),
+        };
+        for file in &plan.files {
+            if let Err(e) = workspace.write_file(&file.path, &file.contents) {
+                return failed(
+                    format!("cannot write {} into the workspace: {e}", file.path),
+                    true,
+                );
+            }
+        }
+        let Some(command) = plan.command else {
+            let exit = ExitReport {
+                status: ExitStatus::NotLaunched,
+                stderr_tail: String::new(),
+                duration_ms: 0,
+            };
+            return self.finish(&mut instance, workspace, &exit).await;
+        };
+
+        let mut env: Vec<(String, String)> = self.env.base_env.as_ref().clone();
+        for (name, value) in command.env {
+            // The operator's variables win over the adapter's.
+            if !config.trainer_env.iter().any(|(n, _)| *n == name) {
+                env.retain(|(n, _)| *n != name);
+                env.push((name, value));
+            }
+        }
+        let spec = LaunchSpec {
+            executable: command.executable,
+            program_name: command.program,
+            args: command.args,
+            env,
+            workspace: workspace.path().to_path_buf(),
+            supervisor: config.supervisor.clone(),
+            max_line_bytes: config.max_line_bytes,
+            stderr_tail_bytes: config.stderr_tail_bytes,
+        };
+        let initial = match *lease.borrow() {
+            LeaseState::Held(d) => d,
+            LeaseState::Lost(v) => {
+                return Outcome::LeaseLost {
+                    message: format!("lease lost before launch ({v:?})"),
+                }
+            }
+        };
+        let (trainer, mut lines) = match Trainer::spawn(spec, initial).await {
+            Ok(t) => t,
+            Err(e) => return failed(format!("cannot launch the trainer: {e}"), true),
+        };
+        tracing::debug!(attempt = %self.attempt, pid = trainer.pid(), "trainer launched");
+
+        let time_limit = dispatch
+            .timeout_secs
+            .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+        let grace = config.timers.stop_grace;
+        // `wait` consumes the trainer; orders go through its control handle
+        // while the wait runs alongside the output.
+        let trainer_control = trainer.control();
+        let wait = trainer.wait();
+        tokio::pin!(wait);
+        let mut ended: Option<Ended> = None;
+        let mut lines_open = true;
+        let exit = loop {
+            let flush_at = self.progress.flush_at();
+            tokio::select! {
+                exit = &mut wait => break exit,
+                line = lines.recv(), if lines_open => {
+                    let Some(line) = line else {
+                        lines_open = false;
+                        continue;
+                    };
+                    if ended.is_none() {
+                        if let Some(fault) = self.output(&mut instance, &line, workspace).await {
+                            trainer_control.kill();
+                            ended = Some(Ended::AdapterFault(fault));
+                        }
+                    }
+                }
+                Some(order) = control.recv(), if ended.is_none() => {
+                    trainer_control.stop(grace);
+                    ended = Some(match order {
+                        Control::Cancel => Ended::Cancelled,
+                        Control::Stop { reason } => Ended::Stopped(reason),
+                        Control::Shutdown => Ended::Shutdown,
+                    });
+                }
+                changed = lease.changed(), if ended.is_none() => {
+                    if changed.is_err() {
+                        continue;
+                    }
+                    let state = *lease.borrow_and_update();
+                    match state {
+                        LeaseState::Held(deadline) => trainer_control.set_deadline(deadline),
+                        LeaseState::Lost(verdict) => {
+                            trainer_control.kill();
+                            ended = Some(Ended::LeaseLost(format!("lease lost on renewal: {verdict:?}")));
+                        }
+                    }
+                }
+                _ = sleep_until_opt(time_limit), if ended.is_none() && time_limit.is_some() => {
+                    trainer_control.stop(grace);
+                    ended = Some(Ended::TimedOut(dispatch.timeout_secs.unwrap_or(0)));
+                }
+                _ = sleep_until_opt(flush_at), if flush_at.is_some() => {
+                    self.flush_progress().await;
+                }
+            }
+        };
+        // Lines still buffered when the trainer ended.
+        while let Some(line) = lines.recv().await {
+            if ended.is_none() {
+                if let Some(fault) = self.output(&mut instance, &line, workspace).await {
+                    ended = Some(Ended::AdapterFault(fault));
+                }
+            }
+        }
+        self.flush_progress().await;
+        if exit.truncated_lines > 0 {
+            tracing::warn!(attempt = %self.attempt, lines = exit.truncated_lines, "trainer output lines were cut at the line limit");
+        }
+        match ended {
+            Some(Ended::Cancelled) => return Outcome::Cancelled,
+            Some(Ended::Stopped(reason)) => {
+                return Outcome::LeaseLost {
+                    message: format!("stopped by the master: {reason}"),
+                }
+            }
+            Some(Ended::LeaseLost(message)) => return Outcome::LeaseLost { message },
+            Some(Ended::TimedOut(secs)) => {
+                return failed(
+                    format!(
+                        "the trainer exceeded the task's time limit of {secs} s and was stopped"
+                    ),
+                    false,
+                )
+            }
+            Some(Ended::Shutdown) => {
+                return failed("the host shut down while the trainer ran", true)
+            }
+            Some(Ended::AdapterFault(message)) => return failed(message, false),
+            None => {}
+        }
+        let status = match exit.status {
+            ExitKind::Exited(code) => ExitStatus::Exited(code),
+            ExitKind::Signaled(signal) => ExitStatus::Signaled(signal),
+            ExitKind::LeaseExpired => return Outcome::LeaseLost {
+                message:
+                    "the lease could not be renewed in time; the trainer's supervisor stopped it"
+                        .into(),
+            },
+            ExitKind::SupervisorLost(why) => {
+                return failed(format!("lost the trainer's supervisor: {why}"), true)
+            }
+        };
+        let report = ExitReport {
+            status,
+            stderr_tail: exit.stderr_tail,
+            duration_ms: exit.duration.as_millis() as u64,
+        };
+        self.finish(&mut instance, workspace, &report).await
+    }
+
+    async fn finish(
+        &mut self,
+        instance: &mut AdapterInstance,
+        workspace: &Workspace,
+        exit: &ExitReport,
+    ) -> Outcome {
+        match instance.finish(exit).await {
+            Err(fault) => failed(fault.to_string(), false),
+            Ok(Err(failure)) => failed(failure.message, failure.retryable),
+            Ok(Ok(success)) => Outcome::Completed {
+                checkpoint: success.checkpoint.and_then(|c| self.capture(c, workspace)),
+                metrics: success.metrics,
+                summary: success.summary,
+            },
+        }
+    }
+
+    /// Reads a checkpoint the adapter pointed at, within the size limit.
+    fn capture(&self, checkpoint: CheckpointRef, workspace: &Workspace) -> Option<Checkpoint> {
+        match checkpoint {
+            CheckpointRef::External(reference) => Some(Checkpoint::External(reference)),
+            CheckpointRef::WorkspaceFile(name) => {
+                match workspace.read_file(&name, self.env.config.max_checkpoint_bytes) {
+                    Ok(data) => Some(Checkpoint::File { name, data }),
+                    Err(e) => {
+                        tracing::warn!(attempt = %self.attempt, checkpoint = %name, error = %e, "checkpoint not captured");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Feeds one output line to the adapter; returns the fault if it broke.
+    async fn output(
+        &mut self,
+        instance: &mut AdapterInstance,
+        line: &str,
+        workspace: &Workspace,
+    ) -> Option<String> {
+        match instance.on_output(line).await {
+            Ok(Some(event)) => {
+                self.on_progress(event, workspace).await;
+                None
+            }
+            Ok(None) => None,
+            Err(fault) => Some(fault.to_string()),
+        }
+    }
+
+    async fn on_progress(&mut self, event: OutputEvent, workspace: &Workspace) {
+        let checkpoint = event.checkpoint.and_then(|c| self.capture(c, workspace));
+        let urgent = checkpoint.is_some();
+        self.progress.offer(ProgressUpdate {
+            attempt: self.attempt,
+            progress: event.progress,
+            checkpoint,
+        });
+        if urgent || self.progress.due() {
+            self.flush_progress().await;
+        }
+    }
+
+    async fn flush_progress(&mut self) {
+        if let Some(update) = self.progress.take() {
+            let _ = self.events.send(AttemptEvent::Progress(update)).await;
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Holds back progress updates so an attempt sends at most one per
+/// interval, keeping the newest, and never dropping a checkpoint.
+struct Throttle {
+    interval: Duration,
+    last_sent: Option<tokio::time::Instant>,
+    pending: Option<ProgressUpdate>,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            last_sent: None,
+            pending: None,
+        }
+    }
+
+    fn offer(&mut self, update: ProgressUpdate) {
+        let checkpoint = match (&mut self.pending, update.checkpoint.is_none()) {
+            (Some(old), true) => old.checkpoint.take(),
+            _ => None,
+        };
+        let mut update = update;
+        if update.checkpoint.is_none() {
+            update.checkpoint = checkpoint;
+        }
+        self.pending = Some(update);
+    }
+
+    fn due(&self) -> bool {
+        self.last_sent.is_none_or(|t| t.elapsed() >= self.interval)
+    }
+
+    fn flush_at(&self) -> Option<tokio::time::Instant> {
+        self.pending.as_ref()?;
+        Some(
+            self.last_sent
+                .map_or_else(tokio::time::Instant::now, |t| t + self.interval),
+        )
+    }
+
+    fn take(&mut self) -> Option<ProgressUpdate> {
+        let update = self.pending.take()?;
+        self.last_sent = Some(tokio::time::Instant::now());
+        Some(update)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_proto::messages::Progress;
+
+    fn update(episode: u64, checkpoint: bool) -> ProgressUpdate {
+        ProgressUpdate {
+            attempt: AttemptRef::new(1, 1),
+            progress: Progress {
+                episode: Some(episode),
+                ..Progress::default()
+            },
+            checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
+        }
+    }
+
+    #[test]
+    fn the_throttle_keeps_the_newest_progress_and_every_checkpoint() {
+        let mut t = Throttle::new(Duration::from_secs(60));
+        assert!(t.due());
+        t.offer(update(1, false));
+        assert_eq!(t.take().unwrap().progress.episode, Some(1));
+        assert!(!t.due());
+        t.offer(update(2, true));
+        t.offer(update(3, false));
+        let held = t.take().unwrap();
+        assert_eq!(held.progress.episode, Some(3));
+        assert_eq!(held.checkpoint, Some(Checkpoint::External("ckpt-2".into())));
+        assert!(t.take().is_none());
+    }
+}

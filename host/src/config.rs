@@ -1,0 +1,105 @@
+//! The host's settings, as the binary hands them over after merging
+//! `config.toml`, the environment and flags.
+
+use crate::runtime::RuntimeConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+use trainyard_proto::auth::ClusterSecret;
+use trainyard_proto::{HostId, Timers};
+
+/// One adapter the host loads.
+#[derive(Clone, Debug)]
+pub struct AdapterConfig {
+    /// The component (`.wasm`).
+    pub path: PathBuf,
+    /// Programs this adapter may launch: bare names (looked up on the
+    /// host's PATH when the adapter loads) or absolute paths. The adapter
+    /// must name one exactly as written here.
+    pub programs: Vec<String>,
+}
+
+/// What to do when an adapter fails to load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnAdapterError {
+    /// Refuse to start.
+    Refuse,
+    /// Log it and start with the adapters that loaded.
+    Skip,
+}
+
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    pub id: HostId,
+    /// `host:port` of the master's host listener.
+    pub master: String,
+    pub slots: u32,
+    /// Task workspaces live under here.
+    pub work_dir: PathBuf,
+    pub redis_url: String,
+    pub key_prefix: String,
+    pub timers: Timers,
+    pub cluster_secret: ClusterSecret,
+    pub adapters: Vec<AdapterConfig>,
+    pub on_adapter_error: OnAdapterError,
+    pub runtime: RuntimeConfig,
+    /// The `trainyard-supervise` binary.
+    pub supervisor: PathBuf,
+    /// Variables copied from the host's environment into every trainer's.
+    pub pass_env: Vec<String>,
+    /// Variables set in every trainer's environment.
+    pub trainer_env: Vec<(String, String)>,
+    /// Largest checkpoint file the host captures and ships to the master.
+    pub max_checkpoint_bytes: u64,
+    /// Longest trainer output line handed to the adapter.
+    pub max_line_bytes: usize,
+    /// How much of the end of a trainer's stderr is kept.
+    pub stderr_tail_bytes: usize,
+    /// Progress is forwarded to the master at most this often per attempt
+    /// (checkpoints at once).
+    pub progress_interval: Duration,
+    /// Keep workspaces after the attempt (for debugging) instead of deleting them.
+    pub keep_workspaces: bool,
+    pub max_frame_bytes: usize,
+}
+
+impl HostConfig {
+    /// Settings for a host of the given id; tests and benchmarks adjust the rest.
+    pub fn new(
+        id: HostId,
+        master: String,
+        redis_url: String,
+        secret: ClusterSecret,
+        work_dir: PathBuf,
+    ) -> Self {
+        Self {
+            id,
+            master,
+            slots: 2,
+            work_dir,
+            redis_url,
+            key_prefix: String::new(),
+            timers: Timers::default(),
+            cluster_secret: secret,
+            adapters: vec![],
+            on_adapter_error: OnAdapterError::Refuse,
+            runtime: RuntimeConfig::default(),
+            supervisor: default_supervisor(),
+            pass_env: vec!["PATH".into()],
+            trainer_env: vec![],
+            max_checkpoint_bytes: 8 << 20,
+            max_line_bytes: 64 << 10,
+            stderr_tail_bytes: 8 << 10,
+            progress_interval: Duration::from_millis(250),
+            keep_workspaces: false,
+            max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// `trainyard-supervise` next to the running binary.
+pub fn default_supervisor() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("trainyard-supervise")))
+        .unwrap_or_else(|| PathBuf::from("trainyard-supervise"))
+}

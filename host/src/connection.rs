@@ -1,0 +1,268 @@
+//! The host's connection to the master: connect, handshake, carry messages,
+//! and on any failure wait out the backoff and start over — with state built
+//! fresh for every connection (codec, outbox, session id), so nothing of a
+//! dead connection leaks into the next.
+//!
+//! The backoff resets only once the master has welcomed the host and proved
+//! it knows the cluster secret; a master that accepts TCP connections but is
+//! not ready (or an impostor) leaves the delay growing.
+
+use crate::agent::{AgentHandle, Event};
+use crate::backoff::Backoff;
+use crate::renewer::Contact;
+use futures::{SinkExt, StreamExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::Framed;
+use trainyard_proto::auth::{nonce, ClusterSecret};
+use trainyard_proto::frame::MessageCodec;
+use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
+use trainyard_proto::{HostId, Timers, PROTOCOL_VERSION};
+
+type MasterFrames = Framed<TcpStream, MessageCodec<MasterMessage, HostMessage>>;
+
+/// What the connection loop needs.
+pub struct ConnectionConfig {
+    pub host: HostId,
+    pub master: String,
+    pub slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    pub secret: ClusterSecret,
+    pub timers: Timers,
+    pub max_frame: usize,
+}
+
+/// Observers of connection attempts (tests measure reconnect spread with it).
+pub type AttemptObserver = Arc<dyn Fn(ConnectionEvent) + Send + Sync>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionEvent {
+    /// A TCP connect to the master is about to be tried.
+    Connecting { at: Instant },
+    /// The master welcomed the host.
+    Connected { at: Instant },
+    /// The connection ended (or never completed).
+    Lost { at: Instant },
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+enum HandshakeError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("the master refused this host: {0}")]
+    Refused(String),
+    #[error("the master did not prove it knows the cluster secret")]
+    Impostor,
+    #[error("handshake failed: {0}")]
+    Protocol(String),
+    #[error("handshake timed out")]
+    Timeout,
+}
+
+/// Keeps the host connected until the process ends.
+pub async fn run(
+    config: ConnectionConfig,
+    agent: AgentHandle,
+    contact: Arc<Contact>,
+    observer: Option<AttemptObserver>,
+) {
+    let t = &config.timers;
+    let mut backoff = Backoff::new(t.reconnect_initial, t.reconnect_max, t.reconnect_jitter);
+    let mut session: u64 = 0;
+    let notify = |e: ConnectionEvent| {
+        if let Some(o) = &observer {
+            o(e)
+        }
+    };
+    loop {
+        session += 1;
+        notify(ConnectionEvent::Connecting { at: Instant::now() });
+        match tokio::time::timeout(t.handshake_timeout, handshake(&config, &agent)).await {
+            Ok(Ok(frames)) => {
+                backoff.reset();
+                contact.heard();
+                notify(ConnectionEvent::Connected { at: Instant::now() });
+                tracing::info!(master = %config.master, "connected to the master");
+                serve(frames, session, &config, &agent, &contact).await;
+                tracing::warn!(master = %config.master, "connection to the master lost");
+            }
+            Ok(Err(HandshakeError::Refused(reason))) => {
+                tracing::error!(master = %config.master, %reason, "the master refused this host");
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(master = %config.master, error = %e, "could not connect to the master")
+            }
+            Err(_) => {
+                tracing::warn!(master = %config.master, error = %HandshakeError::Timeout, "could not connect to the master")
+            }
+        }
+        notify(ConnectionEvent::Lost { at: Instant::now() });
+        let delay = backoff.next_delay(&mut rand::rng());
+        tracing::info!(
+            delay_ms = delay.as_millis() as u64,
+            "reconnecting after backoff"
+        );
+        tokio::time::sleep(delay).await;
+    }
+}
+
+async fn handshake(
+    config: &ConnectionConfig,
+    agent: &AgentHandle,
+) -> Result<MasterFrames, HandshakeError> {
+    let stream = TcpStream::connect(&config.master)
+        .await
+        .map_err(HandshakeError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
+    let challenge = match frames.next().await {
+        Some(Ok(MasterMessage::Challenge(c))) => c,
+        Some(Ok(MasterMessage::Refused { reason })) => return Err(HandshakeError::Refused(reason)),
+        Some(Ok(other)) => {
+            return Err(HandshakeError::Protocol(format!(
+                "expected a challenge, got {}",
+                other.kind()
+            )))
+        }
+        Some(Err(e)) => return Err(HandshakeError::Protocol(e.to_string())),
+        None => {
+            return Err(HandshakeError::Protocol(
+                "the master closed the connection".into(),
+            ))
+        }
+    };
+    if challenge.protocol != PROTOCOL_VERSION {
+        return Err(HandshakeError::Protocol(format!(
+            "the master speaks protocol {}, this host {PROTOCOL_VERSION}",
+            challenge.protocol
+        )));
+    }
+    let (reply, running) = oneshot::channel();
+    agent
+        .tx
+        .send(Event::Handshaking { reply })
+        .await
+        .map_err(|_| HandshakeError::Protocol("host agent stopped".into()))?;
+    let running = running
+        .await
+        .map_err(|_| HandshakeError::Protocol("host agent stopped".into()))?;
+    let host_nonce = nonce();
+    let proof = config
+        .secret
+        .host_proof(&challenge.nonce, &host_nonce, config.host.as_str());
+    let hello = Hello {
+        protocol: PROTOCOL_VERSION,
+        host_id: config.host.clone(),
+        slots: config.slots,
+        adapters: config.adapters.clone(),
+        running,
+        nonce: host_nonce.clone(),
+        proof,
+        agent: format!("trainyard-host {}", env!("CARGO_PKG_VERSION")),
+    };
+    frames
+        .send(HostMessage::Hello(hello))
+        .await
+        .map_err(|e| HandshakeError::Protocol(e.to_string()))?;
+    match frames.next().await {
+        Some(Ok(MasterMessage::Welcome(w))) => {
+            if config.secret.verify_master(
+                &challenge.nonce,
+                &host_nonce,
+                config.host.as_str(),
+                &w.proof,
+            ) {
+                Ok(frames)
+            } else {
+                Err(HandshakeError::Impostor)
+            }
+        }
+        Some(Ok(MasterMessage::Refused { reason })) => Err(HandshakeError::Refused(reason)),
+        Some(Ok(other)) => Err(HandshakeError::Protocol(format!(
+            "expected welcome, got {}",
+            other.kind()
+        ))),
+        Some(Err(e)) => Err(HandshakeError::Protocol(e.to_string())),
+        None => Err(HandshakeError::Protocol(
+            "the master closed the connection during the handshake".into(),
+        )),
+    }
+}
+
+/// Carries messages until the connection fails or goes silent.
+async fn serve(
+    frames: MasterFrames,
+    session: u64,
+    config: &ConnectionConfig,
+    agent: &AgentHandle,
+    contact: &Contact,
+) {
+    let (outbox, mut outgoing) = mpsc::channel::<HostMessage>(4096);
+    if agent
+        .tx
+        .send(Event::Connected { session, outbox })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let (mut sink, mut stream) = frames.split();
+    let writer = async {
+        while let Some(message) = outgoing.recv().await {
+            if sink.send(message).await.is_err() {
+                break;
+            }
+        }
+    };
+    let idle = config.timers.idle_timeout;
+    let reader = async {
+        loop {
+            match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => {
+                    tracing::warn!(
+                        idle_ms = idle.as_millis() as u64,
+                        "master silent for longer than the idle timeout"
+                    );
+                    break;
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    tracing::warn!(error = %e, "bad frame from the master");
+                    break;
+                }
+                Ok(Some(Ok(message))) => {
+                    contact.heard();
+                    if agent.tx.send(Event::FromMaster(message)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = writer => {}
+        _ = reader => {}
+    }
+    let _ = agent.tx.send(Event::Disconnected { session }).await;
+}
+
+/// The delay before `n`-th reconnect attempts would be, for display.
+pub fn describe_backoff(t: &Timers) -> String {
+    format!(
+        "{} doubling to {} (±{:.0} %)",
+        humanize(t.reconnect_initial),
+        humanize(t.reconnect_max),
+        t.reconnect_jitter * 100.0
+    )
+}
+
+fn humanize(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}

@@ -1,0 +1,205 @@
+//! The lease layer: the only code that writes or clears lease keys. Adapters
+//! never reach it.
+//!
+//! - [`LeaseLayer::acquire`] writes `task:{task}:workerId` and
+//!   `worker:{worker}:task` in one atomic step before the adapter runs, so a
+//!   crash after this point leaves a lease the master can see.
+//! - [`LeaseLayer::renew`] renews every lease of the host in one round trip
+//!   (and rebuilds leases Redis lost), each heartbeat.
+//! - [`LeaseLayer::release`] deletes both keys only if they still name this
+//!   attempt, and stores the attempt's report in the same atomic step.
+//!
+//! Each call returns the deadline until which the lease is certainly held:
+//! measured from *before* the request was sent, minus a safety margin, so
+//! the host's view of its lease always ends before Redis's does.
+
+use crate::process::Deadline;
+use std::sync::Arc;
+use std::time::Duration;
+use trainyard_proto::keys::{self, Keys};
+use trainyard_proto::messages::AttemptReport;
+use trainyard_proto::redis_link::RedisLink;
+use trainyard_proto::{AttemptRef, HostId, Timers, WorkerId};
+
+static ACQUIRE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/acquire.lua")));
+static RENEW: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/renew.lua")));
+static RELEASE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/release.lua")));
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("Redis unavailable: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected answer from a lease script: {0}")]
+    Protocol(String),
+    #[error("report could not be encoded: {0}")]
+    Encode(#[from] trainyard_proto::frame::FrameError),
+}
+
+/// The answer to a lease request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Acquired {
+    /// Held until `deadline` unless renewed.
+    Granted { deadline: Deadline },
+    /// The master gave this attempt up; attempts below `fence` may not run.
+    Fenced { fence: u32 },
+    /// An attempt at least as recent holds the task.
+    Held { by: String },
+}
+
+/// What renewing one lease found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// Redis had lost the lease; it is written again.
+    Rebuilt,
+    /// The attempt has already reported; nothing to renew.
+    Finished,
+    /// A newer attempt holds the task: stop this one.
+    Superseded,
+    /// The master gave this attempt up: stop it.
+    Fenced,
+}
+
+impl Renewal {
+    /// Whether the attempt may keep running.
+    pub fn held(self) -> bool {
+        matches!(self, Renewal::Renewed | Renewal::Rebuilt)
+    }
+}
+
+#[derive(Clone)]
+pub struct LeaseLayer {
+    redis: Arc<RedisLink>,
+    keys: Keys,
+    host: HostId,
+    ttl: Duration,
+    margin: Duration,
+    heartbeat_ttl: Duration,
+    retention: Duration,
+}
+
+impl LeaseLayer {
+    pub fn new(redis: Arc<RedisLink>, keys: Keys, host: HostId, timers: &Timers) -> Self {
+        Self {
+            redis,
+            keys,
+            host,
+            ttl: timers.lease_ttl,
+            margin: timers.effective_margin(),
+            heartbeat_ttl: timers.heartbeat_ttl,
+            retention: timers.report_retention,
+        }
+    }
+
+    /// The deadline a lease written now would give: TTL minus the margin,
+    /// counted from before the request is sent.
+    fn deadline_from(&self, sent: Deadline) -> Deadline {
+        sent.checked_add(self.ttl).saturating_sub(self.margin)
+    }
+
+    pub async fn acquire(
+        &self,
+        worker: &WorkerId,
+        attempt: AttemptRef,
+    ) -> Result<Acquired, LeaseError> {
+        let mut con = self.redis.connection().await?;
+        let sent = Deadline::now();
+        let (verdict, detail): (String, String) = ACQUIRE
+            .key(self.keys.task_owner(attempt.task))
+            .key(self.keys.worker_task(worker))
+            .key(self.keys.task_fence(attempt.task))
+            .arg(keys::owner_value(worker, attempt.attempt))
+            .arg(keys::attempt_value(attempt))
+            .arg(attempt.attempt)
+            .arg(millis(self.ttl))
+            .invoke_async(&mut con)
+            .await?;
+        match verdict.as_str() {
+            "ok" => Ok(Acquired::Granted {
+                deadline: self.deadline_from(sent),
+            }),
+            "fenced" => Ok(Acquired::Fenced {
+                fence: detail.parse().unwrap_or(0),
+            }),
+            "held" => Ok(Acquired::Held { by: detail }),
+            other => Err(LeaseError::Protocol(other.to_string())),
+        }
+    }
+
+    /// Renews the host's heartbeat key and these leases. Returns the new
+    /// deadline of every lease that is still held, and each verdict.
+    pub async fn renew(
+        &self,
+        leases: &[(WorkerId, AttemptRef)],
+    ) -> Result<(Deadline, Vec<Renewal>), LeaseError> {
+        let mut con = self.redis.connection().await?;
+        let mut invocation = RENEW.prepare_invoke();
+        invocation
+            .key(self.keys.host_heartbeat(self.host.as_str()))
+            .arg(millis(self.ttl))
+            .arg(millis(self.heartbeat_ttl))
+            .arg(self.host.as_str());
+        for (worker, attempt) in leases {
+            invocation
+                .key(self.keys.task_owner(attempt.task))
+                .key(self.keys.worker_task(worker))
+                .key(self.keys.task_fence(attempt.task))
+                .key(self.keys.task_report(*attempt))
+                .arg(keys::owner_value(worker, attempt.attempt))
+                .arg(keys::attempt_value(*attempt))
+                .arg(attempt.attempt);
+        }
+        let sent = Deadline::now();
+        let verdicts: Vec<String> = invocation.invoke_async(&mut con).await?;
+        if verdicts.len() != leases.len() {
+            return Err(LeaseError::Protocol(format!(
+                "{} verdicts for {} leases",
+                verdicts.len(),
+                leases.len()
+            )));
+        }
+        let verdicts = verdicts
+            .iter()
+            .map(|v| match v.as_str() {
+                "renewed" => Ok(Renewal::Renewed),
+                "rebuilt" => Ok(Renewal::Rebuilt),
+                "finished" => Ok(Renewal::Finished),
+                "superseded" => Ok(Renewal::Superseded),
+                "fenced" => Ok(Renewal::Fenced),
+                other => Err(LeaseError::Protocol(other.to_string())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((self.deadline_from(sent), verdicts))
+    }
+
+    /// Clears the lease of the report's attempt (if it is still this
+    /// attempt's) and stores the report until the master acknowledges it.
+    pub async fn release(
+        &self,
+        worker: &WorkerId,
+        report: &AttemptReport,
+    ) -> Result<(), LeaseError> {
+        let body = trainyard_proto::frame::encode(report)?;
+        let mut con = self.redis.connection().await?;
+        let attempt = report.attempt;
+        let _: i64 = RELEASE
+            .key(self.keys.task_owner(attempt.task))
+            .key(self.keys.worker_task(worker))
+            .key(self.keys.task_report(attempt))
+            .key(self.keys.pending_reports())
+            .arg(keys::owner_value(worker, attempt.attempt))
+            .arg(keys::attempt_value(attempt))
+            .arg(body)
+            .arg(millis(self.retention))
+            .invoke_async(&mut con)
+            .await?;
+        Ok(())
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().max(1) as u64
+}

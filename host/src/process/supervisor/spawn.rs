@@ -1,0 +1,129 @@
+//! Starting the trainer: `execve` of the executable in a process group of its
+//! own, tied to the supervisor's life by `PR_SET_PDEATHSIG`.
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The terminal's signals, which the supervisor ignores and the trainer gets
+/// back at their default disposition.
+pub(crate) const TERMINAL_SIGNALS: [Signal; 6] = [
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGHUP,
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
+];
+
+/// What the host asked the supervisor to run: its command line.
+#[derive(Debug)]
+pub(crate) struct Invocation {
+    pub executable: PathBuf,
+    pub argv0: OsString,
+    pub args: Vec<OsString>,
+}
+
+/// The command line is not `<executable> <argv0> [args...]`.
+#[derive(Debug, thiserror::Error)]
+#[error("usage: trainyard-supervise <executable> <argv0> [args...] (started by the trainyard host with its control socket as fd 3)")]
+pub struct UsageError;
+
+impl Invocation {
+    pub(crate) fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Self, UsageError> {
+        let executable = PathBuf::from(args.next().ok_or(UsageError)?);
+        let argv0 = args.next().ok_or(UsageError)?;
+        Ok(Self {
+            executable,
+            argv0,
+            args: args.collect(),
+        })
+    }
+}
+
+/// Starts the trainer and returns its pid, which is also its process group
+/// id; or, if it could not be started, the reason for the host's operator.
+///
+/// The trainer gets the supervisor's environment, working directory, stdin,
+/// stdout and stderr unchanged (the host prepared them), the default
+/// disposition of every signal and an empty signal mask, and no other file
+/// descriptor.
+pub(crate) fn start_trainer(invocation: &Invocation) -> Result<u32, String> {
+    // A bare name would make exec search PATH; the host resolved the
+    // executable already, so a name without a slash means the working
+    // directory.
+    let program = if invocation.executable.components().count() == 1
+        && !invocation.executable.is_absolute()
+    {
+        Path::new(".").join(&invocation.executable)
+    } else {
+        invocation.executable.clone()
+    };
+    let supervisor = nix::unistd::getpid();
+    let mut command = Command::new(&program);
+    command
+        .arg0(&invocation.argv0)
+        .args(&invocation.args)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .process_group(0);
+    // SAFETY: the closure runs between fork and exec and calls only
+    // async-signal-safe functions (signal, sigemptyset, sigprocmask, prctl,
+    // getppid, syscall).
+    unsafe {
+        command.pre_exec(move || {
+            // Ignored dispositions and the signal mask survive exec: the
+            // supervisor ignores the terminal's signals (and Rust's runtime
+            // SIGPIPE) and blocks SIGTERM, none of which the trainer wants.
+            for signal in TERMINAL_SIGNALS {
+                libc::signal(signal as libc::c_int, libc::SIG_DFL);
+            }
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            let mut unblocked = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(unblocked.as_mut_ptr());
+            if libc::sigprocmask(libc::SIG_SETMASK, unblocked.as_ptr(), std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The supervisor may have died before the prctl took effect, in
+            // which case nothing would ever kill this process.
+            if libc::getppid() != supervisor.as_raw() {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // Only stdio crosses into the trainer. Marking the rest
+            // close-on-exec (rather than closing it) keeps std's own exec
+            // error pipe working; kernels before 5.11 lack the call, and
+            // there every descriptor of this process is close-on-exec anyway.
+            libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+    let child = command.spawn().map_err(|e| {
+        format!(
+            "cannot execute {}: {}",
+            invocation.executable.display(),
+            describe(&e)
+        )
+    })?;
+    Ok(child.id())
+}
+
+/// An error's text without Rust's "(os error N)" suffix.
+fn describe(error: &io::Error) -> String {
+    match error.raw_os_error() {
+        Some(code) => Errno::from_raw(code).desc().to_string(),
+        None => error.to_string(),
+    }
+}

@@ -1,0 +1,232 @@
+//! The wasmtime engine and linker every adapter shares, and the epoch ticker
+//! that gives calls their deadline.
+//!
+//! Instances come from the pooling allocator: slots for `max_instances`
+//! instances are reserved once, and each attempt's memory is mapped
+//! copy-on-write from the component's image, so instantiating costs
+//! microseconds rather than a fresh `mmap` and data copy. If the system
+//! refuses the reservation (a low `ulimit -v`, say), the host falls back to
+//! allocating on demand and says so.
+
+use super::bindings::TaskAdapter;
+use super::error::RuntimeError;
+use super::sandbox::AttemptState;
+use super::RuntimeConfig;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the engine's epoch advances: the granularity of deadlines and
+/// how long a busy guest may hold a tokio worker before yielding.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// WebAssembly's page size; memory limits are whole pages.
+const WASM_PAGE: u64 = 64 << 10;
+
+/// Per-component shape the pool must fit. Components built by
+/// `wasm32-wasip2` toolchains hold a handful of core instances (the program,
+/// shims, fix-ups), one memory and a few tables; these bounds leave room.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+const MEMORIES_PER_COMPONENT: u32 = 2;
+const TABLES_PER_COMPONENT: u32 = 8;
+
+/// What every instance of every adapter shares.
+pub struct Shared {
+    pub config: RuntimeConfig,
+    pub engine: Engine,
+    pub linker: Linker<AttemptState>,
+    /// Whether instances come from the pool (false after a fallback).
+    pub pooling: bool,
+    /// Instances alive now, held to `max_instances` whichever allocator is
+    /// in use, so a full host says so in its own words.
+    pub slots: Arc<InstanceSlots>,
+    _ticker: EpochTicker,
+}
+
+impl Shared {
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        check_config(&config)?;
+        let (engine, pooling) = match Engine::new(&engine_config(&config, true)) {
+            Ok(engine) => (engine, true),
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    max_instances = config.max_instances,
+                    "cannot reserve the adapter instance pool; allocating instances on demand (slower)"
+                );
+                let engine = Engine::new(&engine_config(&config, false))
+                    .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+                (engine, false)
+            }
+        };
+        let linker = linker(&engine)?;
+        let ticker = EpochTicker::start(engine.clone())?;
+        Ok(Self {
+            slots: Arc::new(InstanceSlots::new(config.max_instances)),
+            config,
+            engine,
+            linker,
+            pooling,
+            _ticker: ticker,
+        })
+    }
+}
+
+fn check_config(config: &RuntimeConfig) -> Result<(), RuntimeError> {
+    if config.memory_limit < WASM_PAGE {
+        return Err(RuntimeError::Config(format!(
+            "memory_limit of {} bytes is below one WebAssembly page (64 KiB)",
+            config.memory_limit
+        )));
+    }
+    if usize::try_from(config.memory_limit).is_err() {
+        return Err(RuntimeError::Config(format!(
+            "memory_limit of {} bytes does not fit this machine's address space",
+            config.memory_limit
+        )));
+    }
+    if config.call_timeout.is_zero() {
+        return Err(RuntimeError::Config(
+            "call_timeout must be above zero".into(),
+        ));
+    }
+    if config.max_instances == 0 {
+        return Err(RuntimeError::Config(
+            "max_instances must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The memory limit rounded up to whole WebAssembly pages.
+pub fn memory_limit_pages_bytes(limit: u64) -> u64 {
+    limit.div_ceil(WASM_PAGE) * WASM_PAGE
+}
+
+fn engine_config(config: &RuntimeConfig, pooling: bool) -> Config {
+    let mut c = Config::new();
+    c.epoch_interruption(true);
+    c.memory_init_cow(true);
+    if pooling {
+        let instances = config.max_instances;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(instances)
+            .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+            .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+            .total_memories(instances.saturating_mul(MEMORIES_PER_COMPONENT))
+            .max_memories_per_component(MEMORIES_PER_COMPONENT)
+            .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
+            .max_tables_per_component(TABLES_PER_COMPONENT)
+            .max_tables_per_module(2)
+            .total_stacks(instances)
+            // The limiter refuses growth past the limit first (and records
+            // it); the pool's own bound only has to be no lower.
+            .max_memory_size(memory_limit_pages_bytes(config.memory_limit) as usize);
+        c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    c
+}
+
+/// WASI (deny-by-default contexts are built per attempt, in `sandbox`) and
+/// the `host` interface of the contract.
+fn linker(engine: &Engine) -> Result<Linker<AttemptState>, RuntimeError> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .map_err(|e| RuntimeError::Linker(format!("{e:#}")))?;
+    TaskAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+        .map_err(|e| RuntimeError::Linker(format!("{e:#}")))?;
+    Ok(linker)
+}
+
+/// A counter of live instances with a fixed capacity.
+#[derive(Debug)]
+pub struct InstanceSlots {
+    capacity: u32,
+    in_use: AtomicU32,
+}
+
+/// One taken slot, given back when dropped.
+#[derive(Debug)]
+pub struct Slot(Arc<InstanceSlots>);
+
+impl InstanceSlots {
+    pub fn new(capacity: u32) -> Self {
+        Self {
+            capacity,
+            in_use: AtomicU32::new(0),
+        }
+    }
+
+    /// A slot, or `None` when all `capacity` are taken.
+    pub fn take(self: &Arc<Self>) -> Option<Slot> {
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.capacity).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.in_use.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A thread advancing the engine's epoch every [`EPOCH_TICK`]; it stops
+/// (and is joined) when dropped.
+struct EpochTicker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Result<Self, RuntimeError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("adapter-epoch".into())
+            .spawn(move || {
+                // Disconnected (the sender dropped) ends the loop.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EPOCH_TICK) {
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(RuntimeError::Ticker)?;
+        Ok(Self {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_run_out_at_capacity_and_come_back_when_dropped() {
+        let slots = Arc::new(InstanceSlots::new(2));
+        let first = slots.take().expect("first");
+        let _second = slots.take().expect("second");
+        assert!(slots.take().is_none());
+        drop(first);
+        assert!(slots.take().is_some());
+    }
+}

@@ -1,0 +1,294 @@
+//! The per-attempt workspace: a fresh directory `base/<task>-<attempt>` that
+//! is the trainer's working directory and the only place an adapter's files
+//! go.
+//!
+//! Paths come from adapters and checkpoints, and the directory's content from
+//! a trainer, so none of it is trusted: every access goes through a
+//! [`cap_std::fs::Dir`] handle opened on the workspace, which resolves paths
+//! (symlinks included) without ever leaving it. Absolute paths and `..` are
+//! refused up front, with a message saying so.
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, FileType, FileTypeExt, OpenOptions, OpenOptionsExt};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use trainyard_proto::AttemptRef;
+
+/// One attempt's workspace directory.
+#[derive(Debug)]
+pub struct Workspace {
+    path: PathBuf,
+    /// All access to the content goes through this handle, never `path`.
+    dir: Dir,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("workspace path {path:?} is refused: {reason}")]
+    InvalidPath { path: String, reason: &'static str },
+    #[error("cannot create the workspace {dir}: {source}")]
+    Create { dir: PathBuf, source: io::Error },
+    #[error("cannot write {path:?} in the workspace: {source}")]
+    Write { path: String, source: io::Error },
+    #[error("cannot read {path:?} in the workspace: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("cannot {action} {path:?} in the workspace: it leads out of the workspace (through a symbolic link)")]
+    Escapes { path: String, action: &'static str },
+    #[error("cannot {action} {path:?} in the workspace: it is a {kind}, not a regular file")]
+    NotRegularFile {
+        path: String,
+        action: &'static str,
+        kind: &'static str,
+    },
+    #[error(
+        "cannot read {path:?} in the workspace: it holds {size} bytes, over the limit of {limit}"
+    )]
+    TooLarge { path: String, size: u64, limit: u64 },
+    #[error("cannot remove the workspace {dir}: {source}")]
+    Remove { dir: PathBuf, source: io::Error },
+}
+
+impl Workspace {
+    /// A fresh, empty directory `base/<task>-<attempt>` (mode 0700),
+    /// replacing any leftover of the same name. `base` is created if missing.
+    pub fn create(base: &Path, attempt: AttemptRef) -> Result<Workspace, WorkspaceError> {
+        let path = base.join(format!("{}-{}", attempt.task, attempt.attempt));
+        let create_error = |source| WorkspaceError::Create {
+            dir: path.clone(),
+            source,
+        };
+        fs::create_dir_all(base).map_err(create_error)?;
+        match fs::symlink_metadata(&path) {
+            Ok(leftover) if leftover.is_dir() => remove_tree(&path).map_err(create_error)?,
+            Ok(_) => fs::remove_file(&path).map_err(create_error)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(create_error(e)),
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(create_error)?;
+        // The umask can only take bits away; set the mode exactly.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).map_err(create_error)?;
+        let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(create_error)?;
+        Ok(Workspace { path, dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes a file given by a relative path, creating parent directories.
+    /// Never follows a symlink out of the workspace, never writes outside it.
+    pub fn write_file(&self, relative: &str, contents: &[u8]) -> Result<(), WorkspaceError> {
+        let path = checked_relative(relative)?;
+        let write_error = |source: io::Error| {
+            if leads_out(&source) {
+                WorkspaceError::Escapes {
+                    path: relative.to_string(),
+                    action: "write",
+                }
+            } else {
+                WorkspaceError::Write {
+                    path: relative.to_string(),
+                    source,
+                }
+            }
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.dir.create_dir_all(parent).map_err(write_error)?;
+        }
+        match self.dir.metadata(path) {
+            Ok(existing) if !existing.is_file() => {
+                return Err(WorkspaceError::NotRegularFile {
+                    path: relative.to_string(),
+                    action: "write",
+                    kind: file_kind(existing.file_type()),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(write_error(e)),
+        }
+        let mut options = OpenOptions::new();
+        // Non-blocking, so a FIFO swapped in since the check fails the open
+        // instead of waiting for a reader forever.
+        options
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let mut file = self.dir.open_with(path, &options).map_err(write_error)?;
+        file.write_all(contents).map_err(write_error)
+    }
+
+    /// Reads a regular file given by a relative path, refusing symlinks that
+    /// lead outside the workspace, anything that is not a regular file, and
+    /// files over `limit` bytes (without reading them whole).
+    pub fn read_file(&self, relative: &str, limit: u64) -> Result<Vec<u8>, WorkspaceError> {
+        let path = checked_relative(relative)?;
+        let read_error = |source: io::Error| {
+            if leads_out(&source) {
+                WorkspaceError::Escapes {
+                    path: relative.to_string(),
+                    action: "read",
+                }
+            } else {
+                WorkspaceError::Read {
+                    path: relative.to_string(),
+                    source,
+                }
+            }
+        };
+        let mut options = OpenOptions::new();
+        // Opening a FIFO for reading blocks until a writer appears, unless
+        // non-blocking; the file type is checked on the open handle, so
+        // nothing can be swapped in between the check and the read.
+        options
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+        let file = self.dir.open_with(path, &options).map_err(read_error)?;
+        let metadata = file.metadata().map_err(read_error)?;
+        if !metadata.is_file() {
+            return Err(WorkspaceError::NotRegularFile {
+                path: relative.to_string(),
+                action: "read",
+                kind: file_kind(metadata.file_type()),
+            });
+        }
+        let too_large = |size| WorkspaceError::TooLarge {
+            path: relative.to_string(),
+            size,
+            limit,
+        };
+        if metadata.len() > limit {
+            return Err(too_large(metadata.len()));
+        }
+        // The file may still grow while it is read: read one byte past the
+        // limit at most, to notice.
+        let mut contents = Vec::with_capacity(metadata.len() as usize);
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut contents)
+            .map_err(read_error)?;
+        if contents.len() as u64 > limit {
+            return Err(too_large(contents.len() as u64));
+        }
+        Ok(contents)
+    }
+
+    /// Deletes the workspace and everything in it, without following
+    /// symlinks out of it. Called once the trainer's group is gone.
+    pub fn remove(self) -> Result<(), WorkspaceError> {
+        let Workspace { path, dir } = self;
+        drop(dir);
+        remove_tree(&path).map_err(|source| WorkspaceError::Remove { dir: path, source })
+    }
+}
+
+/// Checks an adapter- or checkpoint-supplied path before it is used.
+fn checked_relative(relative: &str) -> Result<&Path, WorkspaceError> {
+    let refuse = |reason| WorkspaceError::InvalidPath {
+        path: relative.to_string(),
+        reason,
+    };
+    if relative.is_empty() {
+        return Err(refuse("the path is empty"));
+    }
+    if relative.contains('\0') {
+        return Err(refuse("the path contains a NUL byte"));
+    }
+    let path = Path::new(relative);
+    if path.is_absolute() {
+        return Err(refuse(
+            "absolute paths are not allowed; give a path relative to the workspace",
+        ));
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(refuse("'..' is not allowed"));
+    }
+    if !path.components().any(|c| matches!(c, Component::Normal(_))) {
+        return Err(refuse("the path names no file"));
+    }
+    Ok(path)
+}
+
+/// Whether cap-std refused a path because resolving it would leave the
+/// workspace. It reports that as a permission error of its own making, which
+/// unlike a real EACCES carries no OS error code.
+fn leads_out(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::PermissionDenied && error.raw_os_error().is_none()
+}
+
+fn file_kind(file_type: FileType) -> &'static str {
+    if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_socket() {
+        "socket"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_block_device() {
+        "block device"
+    } else if file_type.is_symlink() {
+        "symbolic link"
+    } else {
+        "special file"
+    }
+}
+
+/// Removes a directory tree; std's `remove_dir_all` deletes symlinks, never
+/// what they point to. A trainer may have left directories without write
+/// permission, which would stop the removal: those are opened up and the
+/// removal tried again.
+fn remove_tree(path: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            grant_owner_access(path)?;
+            fs::remove_dir_all(path)
+        }
+        other => other,
+    }
+}
+
+/// Gives the owner full access to every directory of a tree. Only paths that
+/// `lstat` shows to be directories are changed, so no symlink is followed;
+/// it runs after the trainer's group is gone, so nothing swaps a directory
+/// for a symlink meanwhile.
+fn grant_owner_access(dir: &Path) -> io::Result<()> {
+    let metadata = fs::symlink_metadata(dir)?;
+    if !metadata.is_dir() {
+        return Ok(());
+    }
+    let mode = metadata.permissions().mode() | 0o700;
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode))?;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            grant_owner_access(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_are_checked_before_use() {
+        assert!(checked_relative("config/run.json").is_ok());
+        assert!(checked_relative("./model.pt").is_ok());
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", ".", "a\0b"] {
+            assert!(
+                matches!(
+                    checked_relative(bad),
+                    Err(WorkspaceError::InvalidPath { .. })
+                ),
+                "{bad:?} was accepted"
+            );
+        }
+    }
+}

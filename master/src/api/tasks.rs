@@ -1,0 +1,282 @@
+//! Task endpoints: submit (one or a batch), list, show, cancel.
+
+use super::error::{ApiError, Body};
+use super::AppState;
+use crate::model::{NewTask, TaskDetail, TaskStatus};
+use crate::scheduler::{CancelOutcome, SubmitError};
+use crate::store::TaskFilter;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use trainyard_proto::TaskId;
+
+/// Largest params document accepted per task.
+const MAX_PARAMS_BYTES: usize = 1 << 20;
+/// Most tasks in one batch submission.
+pub const MAX_BATCH: usize = 10_000;
+/// Longest wall-clock limit a task may ask for: 30 days.
+const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+
+/// A task as an operator submits it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTask {
+    /// The adapter that runs the task.
+    pub adapter: String,
+    /// One of the adapter's kinds; its first when omitted.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// A JSON object, handed to the adapter as is.
+    #[serde(default)]
+    pub params: Option<Value>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBatch {
+    pub tasks: Vec<SubmitTask>,
+}
+
+impl SubmitTask {
+    /// Checks everything that can be checked without the scheduler.
+    pub fn validate(self, default_max_attempts: u32) -> Result<NewTask, String> {
+        let adapter = self.adapter.trim().to_string();
+        if adapter.is_empty() || adapter.len() > 64 {
+            return Err("\"adapter\" must be a non-empty adapter name of at most 64 bytes".into());
+        }
+        let params = self.params.unwrap_or_else(|| json!({}));
+        if !params.is_object() {
+            return Err(format!(
+                "\"params\" must be a JSON object, got {}",
+                kind_of(&params)
+            ));
+        }
+        let params = params.to_string();
+        if params.len() > MAX_PARAMS_BYTES {
+            return Err(format!(
+                "\"params\" is {} bytes; the limit is {MAX_PARAMS_BYTES}",
+                params.len()
+            ));
+        }
+        let max_attempts = self.max_attempts.unwrap_or(default_max_attempts);
+        if !(1..=100).contains(&max_attempts) {
+            return Err(format!(
+                "\"max_attempts\" must be between 1 and 100, got {max_attempts}"
+            ));
+        }
+        if let Some(t) = self.timeout_secs {
+            if t == 0 || t > MAX_TIMEOUT_SECS {
+                return Err(format!(
+                    "\"timeout_secs\" must be between 1 and {MAX_TIMEOUT_SECS}, got {t}"
+                ));
+            }
+        }
+        if self.name.as_ref().is_some_and(|n| n.len() > 256) {
+            return Err("\"name\" must be at most 256 bytes".into());
+        }
+        let kind = self.kind.unwrap_or_default();
+        if kind.len() > 64 {
+            return Err("\"kind\" must be at most 64 bytes".into());
+        }
+        Ok(NewTask {
+            name: self.name,
+            adapter,
+            kind,
+            params,
+            priority: self.priority.unwrap_or(0),
+            max_attempts,
+            timeout_secs: self.timeout_secs,
+        })
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn submit_error(e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::Unavailable(m) => ApiError::unavailable(m),
+        other => ApiError::unprocessable(other.to_string()),
+    }
+}
+
+pub async fn submit(
+    State(app): State<AppState>,
+    Body(task): Body<SubmitTask>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let task = task
+        .validate(app.default_max_attempts)
+        .map_err(ApiError::unprocessable)?;
+    let ids = app
+        .scheduler
+        .submit(vec![task])
+        .await
+        .map_err(submit_error)?;
+    let id = ids
+        .first()
+        .copied()
+        .ok_or_else(|| ApiError::unavailable("no id returned"))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "id": id, "status": TaskStatus::Pending })),
+    ))
+}
+
+pub async fn submit_batch(
+    State(app): State<AppState>,
+    Body(batch): Body<SubmitBatch>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if batch.tasks.is_empty() || batch.tasks.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable(format!(
+            "a batch holds 1 to {MAX_BATCH} tasks, got {}",
+            batch.tasks.len()
+        )));
+    }
+    let tasks = batch
+        .tasks
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.validate(app.default_max_attempts)
+                .map_err(|e| format!("task {i}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::unprocessable)?;
+    let ids = app.scheduler.submit(tasks).await.map_err(submit_error)?;
+    Ok((StatusCode::CREATED, Json(json!({ "ids": ids }))))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    pub status: Option<String>,
+    pub adapter: Option<String>,
+    pub limit: Option<u32>,
+    pub before: Option<TaskId>,
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let status = match q.status.as_deref() {
+        None | Some("") => None,
+        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
+            let all: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!(
+                "unknown status {s:?}; use one of {}",
+                all.join(", ")
+            ))
+        })?),
+    };
+    let filter = TaskFilter {
+        status,
+        adapter: q.adapter,
+        limit: q.limit.unwrap_or(0),
+        before_id: q.before,
+    };
+    let tasks = app.store.tasks(&filter).await?;
+    Ok(Json(json!({ "tasks": tasks })))
+}
+
+pub async fn show(
+    State(app): State<AppState>,
+    Path(id): Path<TaskId>,
+) -> Result<Json<TaskDetail>, ApiError> {
+    match app.store.task(id).await? {
+        Some(task) => Ok(Json(task)),
+        None => Err(ApiError::not_found(format!("no task {id}"))),
+    }
+}
+
+pub async fn cancel(
+    State(app): State<AppState>,
+    Path(id): Path<TaskId>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Some(detail) = app.store.task(id).await? else {
+        return Err(ApiError::not_found(format!("no task {id}")));
+    };
+    if detail.task.status.is_terminal() {
+        return Err(ApiError::conflict(format!(
+            "task {id} already ended {}",
+            detail.task.status
+        )));
+    }
+    match app.scheduler.cancel(id).await? {
+        CancelOutcome::Cancelled => Ok((
+            StatusCode::OK,
+            Json(json!({ "id": id, "status": TaskStatus::Cancelled })),
+        )),
+        CancelOutcome::CancelRequested => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "id": id, "status": detail.task.status, "cancel_requested": true })),
+        )),
+        CancelOutcome::NotLive => {
+            let status = app.store.task(id).await?.map(|t| t.task.status);
+            Err(ApiError::conflict(format!(
+                "task {id} is not queued or running (now {})",
+                status.map(|s| s.as_str()).unwrap_or("gone")
+            )))
+        }
+        CancelOutcome::Unavailable => Err(ApiError::unavailable(
+            "the cancellation could not be recorded; try again",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(v: Value) -> Result<NewTask, String> {
+        serde_json::from_value::<SubmitTask>(v)
+            .map_err(|e| e.to_string())?
+            .validate(3)
+    }
+
+    #[test]
+    fn a_minimal_submission_gets_defaults() {
+        let t = task(json!({"adapter": "python-trainer"})).unwrap();
+        assert_eq!(
+            (t.params.as_str(), t.max_attempts, t.priority),
+            ("{}", 3, 0)
+        );
+    }
+
+    #[test]
+    fn bad_submissions_say_what_is_wrong() {
+        assert!(task(json!({"params": {}}))
+            .unwrap_err()
+            .contains("missing field `adapter`"));
+        assert!(task(json!({"adapter": "a", "params": [1]}))
+            .unwrap_err()
+            .contains("must be a JSON object, got an array"));
+        assert!(task(json!({"adapter": "a", "max_attempts": 0}))
+            .unwrap_err()
+            .contains("max_attempts"));
+        assert!(task(json!({"adapter": "a", "priorty": 1}))
+            .unwrap_err()
+            .contains("unknown field `priorty`"));
+        assert!(task(json!({"adapter": ""}))
+            .unwrap_err()
+            .contains("adapter"));
+    }
+}

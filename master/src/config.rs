@@ -1,0 +1,61 @@
+//! The master's settings, as the binary hands them over after merging
+//! `config.toml`, the environment and flags.
+
+use std::net::SocketAddr;
+use trainyard_proto::auth::ClusterSecret;
+use trainyard_proto::Timers;
+
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// Where hosts connect (TCP, the framed protocol).
+    pub hosts_listen: SocketAddr,
+    /// Where the HTTP API listens.
+    pub api_listen: SocketAddr,
+    pub database_url: String,
+    pub redis_url: String,
+    /// Prefix of every Redis key, so clusters can share a Redis.
+    pub key_prefix: String,
+    pub timers: Timers,
+    /// Hosts prove they know it in the handshake.
+    pub cluster_secret: ClusterSecret,
+    /// Bearer token every mutating API call must carry.
+    pub api_token: String,
+    /// Largest frame accepted from a host.
+    pub max_frame_bytes: usize,
+    /// Most host connections at once, handshaking ones included.
+    pub max_connections: usize,
+    /// Started attempts a task gets unless it asks for another number.
+    pub default_max_attempts: u32,
+    /// Adapters accepted at submit before any host carrying them has
+    /// connected.
+    pub known_adapters: Vec<String>,
+    /// Most commands the scheduler handles in one turn (one transaction).
+    pub max_batch: usize,
+}
+
+impl MasterConfig {
+    /// Settings for a master on loopback ports chosen by the OS; for tests
+    /// and benchmarks.
+    pub fn local(
+        database_url: &str,
+        redis_url: &str,
+        secret: ClusterSecret,
+        api_token: &str,
+    ) -> Self {
+        Self {
+            hosts_listen: "127.0.0.1:0".parse().expect("address"),
+            api_listen: "127.0.0.1:0".parse().expect("address"),
+            database_url: database_url.into(),
+            redis_url: redis_url.into(),
+            key_prefix: String::new(),
+            timers: Timers::default(),
+            cluster_secret: secret,
+            api_token: api_token.into(),
+            max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
+            max_connections: 4096,
+            default_max_attempts: 3,
+            known_adapters: vec![],
+            max_batch: 4096,
+        }
+    }
+}

@@ -1,0 +1,424 @@
+//! What to do with a live task, decided from plain data: the seed's three
+//! recovery cases, done without guessing, and the handling of an attempt's
+//! final report. No I/O here; `sweep` and the scheduler feed these functions
+//! and carry out what they return.
+//!
+//! The sweep's cases, for a DISPATCHED or RUNNING task:
+//! 1. no lease, and the dispatch was never accepted within its deadline: the
+//!    dispatch was interrupted; give it back to the queue (it does not count
+//!    as a run);
+//! 2. the lease is held for the current attempt: the attempt is alive; if the
+//!    acceptance was lost, record the task as RUNNING;
+//! 3. no lease for a RUNNING task: the host is gone (or cut off and has
+//!    stopped the trainer itself); requeue with attempt + 1, or fail the task
+//!    for good after its maximum attempts.
+//!
+//! A missing lease is only evidence while Redis can be trusted to still hold
+//! it: after Redis lost its data the sweep waits a full lease TTL, during which
+//! live hosts rebuild their leases with their next heartbeats.
+
+use crate::model::{AttemptOutcome, Metrics, ResultView, StoredCheckpoint, TaskStatus};
+use trainyard_proto::messages::{AttemptReport, Checkpoint, Outcome};
+use trainyard_proto::WorkerId;
+
+/// What the master believes about a live task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveTask {
+    pub status: TaskStatus,
+    pub attempt: u32,
+    pub host: String,
+    pub dispatch_deadline_ms: Option<i64>,
+    pub cancel_requested: bool,
+    /// Attempts started by a host, including the current one once RUNNING.
+    pub runs: u32,
+    pub max_attempts: u32,
+}
+
+/// The task's owner key as the sweep read it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lease {
+    Absent,
+    Held {
+        worker: WorkerId,
+        attempt: u32,
+    },
+    /// The key holds something that is not a lease value.
+    Unreadable(String),
+}
+
+/// What the task becomes after an attempt that did not succeed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AfterAttempt {
+    Requeue,
+    Fail(String),
+    Cancel,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SweepDecision {
+    Keep,
+    /// The host holds the lease, so it accepted the dispatch.
+    MarkRunning {
+        slot: u32,
+    },
+    /// The attempt is over without a report; fence it off, then move on.
+    GiveUp {
+        outcome: AttemptOutcome,
+        reason: String,
+        then: AfterAttempt,
+    },
+}
+
+/// The next step after an attempt that ended without success.
+pub fn after_unsuccessful(task: &LiveTask, counts_as_run: bool, reason: &str) -> AfterAttempt {
+    if task.cancel_requested {
+        AfterAttempt::Cancel
+    } else if counts_as_run && task.runs >= task.max_attempts {
+        AfterAttempt::Fail(format!(
+            "gave up after {} attempt{}; last: {reason}",
+            task.runs,
+            if task.runs == 1 { "" } else { "s" }
+        ))
+    } else {
+        AfterAttempt::Requeue
+    }
+}
+
+/// The sweep's decision for one live task.
+///
+/// `leases_trustworthy` is false while Redis may still be missing leases that
+/// hosts are about to rebuild (after it lost its data).
+pub fn sweep(
+    task: &LiveTask,
+    lease: &Lease,
+    now_ms: i64,
+    leases_trustworthy: bool,
+) -> SweepDecision {
+    match lease {
+        Lease::Held { worker, attempt }
+            if *attempt == task.attempt && worker.host.as_str() == task.host =>
+        {
+            if task.status == TaskStatus::Dispatched {
+                SweepDecision::MarkRunning { slot: worker.slot }
+            } else {
+                SweepDecision::Keep
+            }
+        }
+        // Another attempt's lease: an older attempt not yet stopped (the
+        // current one overwrites it when it starts), or a lease the current
+        // attempt has not taken yet. Either way the current attempt's own
+        // fate is still open.
+        Lease::Held { .. } | Lease::Unreadable(_) => SweepDecision::Keep,
+        Lease::Absent if !leases_trustworthy => SweepDecision::Keep,
+        Lease::Absent => match task.status {
+            TaskStatus::Dispatched => {
+                let expired = task.dispatch_deadline_ms.is_none_or(|d| now_ms >= d);
+                if !expired {
+                    return SweepDecision::Keep;
+                }
+                let reason = format!(
+                    "dispatch to host {} was not accepted in time and no lease was taken",
+                    task.host
+                );
+                SweepDecision::GiveUp {
+                    outcome: AttemptOutcome::Undelivered,
+                    then: after_unsuccessful(task, false, &reason),
+                    reason,
+                }
+            }
+            TaskStatus::Running => {
+                let reason = format!(
+                    "lease of host {} lapsed: the host died, hung, or lost its connection",
+                    task.host
+                );
+                SweepDecision::GiveUp {
+                    outcome: AttemptOutcome::LeaseLost,
+                    then: after_unsuccessful(task, true, &reason),
+                    reason,
+                }
+            }
+            _ => SweepDecision::Keep,
+        },
+    }
+}
+
+/// What a report of the current attempt does to the task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportDecision {
+    pub outcome: AttemptOutcome,
+    pub error: Option<String>,
+    pub metrics: Option<Metrics>,
+    pub then: Settle,
+}
+
+/// Where the task goes after a reported attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Settle {
+    Complete {
+        result: ResultView,
+        checkpoint: Option<StoredCheckpoint>,
+    },
+    Fail(String),
+    Cancel,
+    Requeue,
+}
+
+impl From<AfterAttempt> for Settle {
+    fn from(a: AfterAttempt) -> Self {
+        match a {
+            AfterAttempt::Requeue => Settle::Requeue,
+            AfterAttempt::Fail(e) => Settle::Fail(e),
+            AfterAttempt::Cancel => Settle::Cancel,
+        }
+    }
+}
+
+/// Decides what a report changes. The caller has checked that the report is
+/// for the task's current attempt, from the host that runs it.
+pub fn report(task: &LiveTask, report: &AttemptReport) -> ReportDecision {
+    let attempt = report.attempt.attempt;
+    match &report.outcome {
+        Outcome::Completed {
+            metrics,
+            checkpoint,
+            summary,
+        } => {
+            let metrics = crate::model::metrics_map(metrics);
+            let checkpoint = checkpoint.clone().map(|checkpoint| StoredCheckpoint {
+                attempt,
+                checkpoint,
+            });
+            ReportDecision {
+                outcome: AttemptOutcome::Completed,
+                error: None,
+                metrics: Some(metrics.clone()),
+                then: Settle::Complete {
+                    result: ResultView {
+                        metrics,
+                        summary: summary.clone(),
+                        checkpoint: checkpoint.as_ref().map(StoredCheckpoint::view),
+                    },
+                    checkpoint,
+                },
+            }
+        }
+        Outcome::Failed {
+            message,
+            retryable: false,
+        } => ReportDecision {
+            outcome: AttemptOutcome::Failed,
+            error: Some(message.clone()),
+            metrics: None,
+            then: if task.cancel_requested {
+                Settle::Cancel
+            } else {
+                Settle::Fail(message.clone())
+            },
+        },
+        Outcome::Failed {
+            message,
+            retryable: true,
+        } => ReportDecision {
+            outcome: AttemptOutcome::Failed,
+            error: Some(message.clone()),
+            metrics: None,
+            then: after_unsuccessful(task, true, message).into(),
+        },
+        Outcome::LeaseLost { message } => ReportDecision {
+            outcome: AttemptOutcome::LeaseLost,
+            error: Some(message.clone()),
+            metrics: None,
+            then: after_unsuccessful(task, true, message).into(),
+        },
+        Outcome::Cancelled => ReportDecision {
+            outcome: AttemptOutcome::Cancelled,
+            error: None,
+            metrics: None,
+            then: Settle::Cancel,
+        },
+    }
+}
+
+/// The size of a checkpoint, for logs.
+pub fn checkpoint_bytes(c: &Checkpoint) -> usize {
+    match c {
+        Checkpoint::File { data, .. } => data.len(),
+        Checkpoint::External(r) => r.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_proto::{AttemptRef, HostId};
+
+    fn running(runs: u32) -> LiveTask {
+        LiveTask {
+            status: TaskStatus::Running,
+            attempt: runs,
+            host: "h1".into(),
+            dispatch_deadline_ms: None,
+            cancel_requested: false,
+            runs,
+            max_attempts: 3,
+        }
+    }
+
+    fn held(host: &str, slot: u32, attempt: u32) -> Lease {
+        Lease::Held {
+            worker: HostId::new(host).unwrap().worker(slot),
+            attempt,
+        }
+    }
+
+    #[test]
+    fn a_held_lease_keeps_the_task_running() {
+        assert_eq!(
+            sweep(&running(1), &held("h1", 0, 1), 0, true),
+            SweepDecision::Keep
+        );
+    }
+
+    #[test]
+    fn a_lease_taken_before_the_acceptance_arrived_marks_the_task_running() {
+        let task = LiveTask {
+            status: TaskStatus::Dispatched,
+            attempt: 1,
+            runs: 0,
+            dispatch_deadline_ms: Some(1_000),
+            ..running(0)
+        };
+        assert_eq!(
+            sweep(&task, &held("h1", 2, 1), 0, true),
+            SweepDecision::MarkRunning { slot: 2 }
+        );
+    }
+
+    #[test]
+    fn an_interrupted_dispatch_is_requeued_only_after_its_deadline_and_is_not_a_run() {
+        let task = LiveTask {
+            status: TaskStatus::Dispatched,
+            attempt: 3,
+            runs: 3,
+            dispatch_deadline_ms: Some(1_000),
+            ..running(0)
+        };
+        assert_eq!(sweep(&task, &Lease::Absent, 999, true), SweepDecision::Keep);
+        match sweep(&task, &Lease::Absent, 1_000, true) {
+            SweepDecision::GiveUp { outcome, then, .. } => {
+                assert_eq!(outcome, AttemptOutcome::Undelivered);
+                // Three runs already, but an undelivered dispatch never fails a task.
+                assert_eq!(then, AfterAttempt::Requeue);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lapsed_lease_requeues_until_the_attempts_run_out() {
+        let SweepDecision::GiveUp { outcome, then, .. } =
+            sweep(&running(1), &Lease::Absent, 0, true)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (outcome, then),
+            (AttemptOutcome::LeaseLost, AfterAttempt::Requeue)
+        );
+        let SweepDecision::GiveUp { then, .. } = sweep(&running(3), &Lease::Absent, 0, true) else {
+            panic!()
+        };
+        assert!(
+            matches!(then, AfterAttempt::Fail(ref m) if m.starts_with("gave up after 3 attempts"))
+        );
+    }
+
+    #[test]
+    fn a_missing_lease_proves_nothing_while_redis_is_rebuilding() {
+        assert_eq!(
+            sweep(&running(1), &Lease::Absent, 0, false),
+            SweepDecision::Keep
+        );
+    }
+
+    #[test]
+    fn an_older_attempts_lease_does_not_decide_the_current_one() {
+        assert_eq!(
+            sweep(&running(2), &held("h9", 0, 1), 0, true),
+            SweepDecision::Keep
+        );
+    }
+
+    #[test]
+    fn a_cancelled_task_whose_host_vanished_ends_cancelled() {
+        let task = LiveTask {
+            cancel_requested: true,
+            ..running(1)
+        };
+        let SweepDecision::GiveUp { then, .. } = sweep(&task, &Lease::Absent, 0, true) else {
+            panic!()
+        };
+        assert_eq!(then, AfterAttempt::Cancel);
+    }
+
+    fn report_of(outcome: Outcome) -> AttemptReport {
+        AttemptReport {
+            attempt: AttemptRef::new(1, 1),
+            host: HostId::new("h1").unwrap(),
+            slot: 0,
+            outcome,
+            duration_ms: 5,
+            finished_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_failure_that_will_never_succeed_fails_the_task_at_once() {
+        let d = report(
+            &running(1),
+            &report_of(Outcome::Failed {
+                message: "invalid params: \"episodes\" must be positive".into(),
+                retryable: false,
+            }),
+        );
+        assert_eq!(d.outcome, AttemptOutcome::Failed);
+        assert_eq!(
+            d.then,
+            Settle::Fail("invalid params: \"episodes\" must be positive".into())
+        );
+    }
+
+    #[test]
+    fn a_retryable_failure_requeues_and_the_last_allowed_one_fails() {
+        let failed = report_of(Outcome::Failed {
+            message: "trainer exited with code 3".into(),
+            retryable: true,
+        });
+        assert_eq!(report(&running(1), &failed).then, Settle::Requeue);
+        assert!(matches!(report(&running(3), &failed).then, Settle::Fail(_)));
+    }
+
+    #[test]
+    fn a_completed_report_carries_its_metrics_and_checkpoint() {
+        let d = report(
+            &running(1),
+            &report_of(Outcome::Completed {
+                metrics: vec![trainyard_proto::messages::Metric {
+                    name: "mean_return".into(),
+                    value: 0.9,
+                }],
+                checkpoint: Some(Checkpoint::File {
+                    name: "policy.json".into(),
+                    data: vec![1, 2, 3],
+                }),
+                summary: Some("ok".into()),
+            }),
+        );
+        let Settle::Complete { result, checkpoint } = d.then else {
+            panic!()
+        };
+        assert_eq!(result.metrics.get("mean_return"), Some(&0.9));
+        assert_eq!(result.checkpoint.unwrap().bytes, 3);
+        assert_eq!(checkpoint.unwrap().attempt, 1);
+    }
+}

@@ -1,0 +1,649 @@
+//! The scheduler: one task that owns the queue, the live attempts and the
+//! connected hosts, and is the only writer of task state.
+//!
+//! Everything reaches it as a [`Command`] (from the API and from host
+//! sessions) on one channel. It runs in turns: take every waiting command,
+//! decide (pure code over the in-memory [`state`]), run the recovery sweep
+//! when it is due, plan dispatches for free slots, then commit all the turn's
+//! writes in one transaction and only then act on them (see [`cycle`]). Under
+//! load a turn carries thousands of commands, so the database sees a few large
+//! transactions instead of many small ones.
+//!
+//! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
+//! [`cycle`] (one turn's effects), `hosts` (sessions and their messages),
+//! `reports` (recording an attempt's end), `dispatch` (matching tasks to
+//! slots), `recover` (the sweep and start-up reconciliation).
+
+pub mod cycle;
+mod dispatch;
+mod hosts;
+pub mod queue;
+mod recover;
+mod reports;
+pub mod state;
+
+use crate::events::{EventKind, Events, TaskEvent};
+use crate::model::{NewTask, TaskStatus};
+use crate::store::{Batch, Store, Write};
+use cycle::{Cycle, WriteKind};
+use serde::Serialize;
+use state::{SessionId, State};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use trainyard_proto::keys::Keys;
+use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
+use trainyard_proto::redis_link::RedisLink;
+use trainyard_proto::{now_ms, HostId, TaskId, Timers};
+
+/// A request to the scheduler.
+pub enum Command {
+    Submit {
+        tasks: Vec<NewTask>,
+        reply: oneshot::Sender<Result<Vec<TaskId>, SubmitError>>,
+    },
+    Cancel {
+        task: TaskId,
+        reply: oneshot::Sender<CancelOutcome>,
+    },
+    /// A host completed its handshake.
+    Connected {
+        hello: Box<Hello>,
+        session: SessionId,
+        addr: SocketAddr,
+        outbox: mpsc::Sender<MasterMessage>,
+    },
+    Disconnected {
+        host: HostId,
+        session: SessionId,
+    },
+    /// A message from a connected host.
+    Message {
+        host: HostId,
+        session: SessionId,
+        message: HostMessage,
+    },
+    Hosts {
+        reply: oneshot::Sender<Vec<HostSnapshot>>,
+    },
+    Overview {
+        reply: oneshot::Sender<Overview>,
+    },
+}
+
+/// Why a submission was refused; nothing of it was stored.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum SubmitError {
+    #[error("unknown adapter {adapter:?}; known adapters: {}", known.join(", "))]
+    UnknownAdapter { adapter: String, known: Vec<String> },
+    #[error("adapter {adapter:?} serves no kind {kind:?}; its kinds: {}", kinds.join(", "))]
+    UnknownKind {
+        adapter: String,
+        kind: String,
+        kinds: Vec<String>,
+    },
+    #[error("the task store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a cancellation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CancelOutcome {
+    /// The task was waiting and is now CANCELLED.
+    Cancelled,
+    /// The task runs; its host was told to stop it, and it ends CANCELLED
+    /// when the host reports (or its lease lapses).
+    CancelRequested,
+    /// The task is neither queued nor live (finished, or no such task).
+    NotLive,
+    /// The scheduler could not record the cancellation.
+    Unavailable,
+}
+
+/// A connected host, as the API shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HostSnapshot {
+    pub id: String,
+    pub addr: String,
+    pub slots: u32,
+    pub free_slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    pub agent: String,
+    pub connected_for_ms: u64,
+    pub last_seen_ms_ago: u64,
+    pub running: Vec<RunningSnapshot>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunningSnapshot {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub status: TaskStatus,
+    pub slot: Option<u32>,
+}
+
+/// Scheduler counters for health and metrics.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Overview {
+    pub queued: usize,
+    pub live: usize,
+    pub hosts: usize,
+    pub free_slots: u32,
+    pub redis_ok: bool,
+    pub last_sweep_ms_ago: Option<u64>,
+    pub turns: u64,
+}
+
+/// The scheduler went away (the master is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("the scheduler is not running")]
+pub struct SchedulerGone;
+
+/// How the rest of the master talks to the scheduler. Cheap to clone.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+impl SchedulerHandle {
+    pub async fn send(&self, command: Command) -> Result<(), SchedulerGone> {
+        self.tx.send(command).await.map_err(|_| SchedulerGone)
+    }
+
+    pub async fn submit(&self, tasks: Vec<NewTask>) -> Result<Vec<TaskId>, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || SubmitError::Unavailable("the scheduler is not running".into());
+        self.send(Command::Submit { tasks, reply })
+            .await
+            .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    pub async fn cancel(&self, task: TaskId) -> Result<CancelOutcome, SchedulerGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Cancel { task, reply }).await?;
+        rx.await.map_err(|_| SchedulerGone)
+    }
+
+    pub async fn hosts(&self) -> Result<Vec<HostSnapshot>, SchedulerGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Hosts { reply }).await?;
+        rx.await.map_err(|_| SchedulerGone)
+    }
+
+    pub async fn overview(&self) -> Result<Overview, SchedulerGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Overview { reply }).await?;
+        rx.await.map_err(|_| SchedulerGone)
+    }
+}
+
+/// What the scheduler needs to know.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    pub timers: Timers,
+    pub max_batch: usize,
+    pub known_adapters: Vec<String>,
+}
+
+/// Tracks whether Redis still holds every lease hosts wrote: after it lost
+/// its data (its epoch key changed or vanished) missing leases prove nothing
+/// until hosts have had a full lease TTL to write them again.
+struct Epoch {
+    known: Option<String>,
+    distrust_until: Option<Instant>,
+}
+
+impl Epoch {
+    fn trustworthy(&self, now: Instant) -> bool {
+        self.distrust_until.is_none_or(|until| now >= until)
+    }
+}
+
+pub struct Scheduler {
+    state: State,
+    store: Store,
+    redis: Arc<RedisLink>,
+    keys: Keys,
+    events: Events,
+    config: SchedulerConfig,
+    rx: mpsc::Receiver<Command>,
+    epoch: Epoch,
+    redis_ok: bool,
+    last_sweep: Option<Instant>,
+    turns: u64,
+    /// The picture no longer matches the database; reload before the next turn.
+    resync: bool,
+}
+
+impl Scheduler {
+    /// Loads the queue and live tasks, reconciles them with Redis, and
+    /// returns the scheduler with its handle. Call [`Scheduler::run`] next.
+    pub async fn start(
+        store: Store,
+        redis: Arc<RedisLink>,
+        keys: Keys,
+        events: Events,
+        config: SchedulerConfig,
+    ) -> Result<(Scheduler, SchedulerHandle), crate::store::StoreError> {
+        let (tx, rx) = mpsc::channel(config.max_batch.max(64) * 4);
+        let mut state = State::default();
+        state.load(store.pending().await?, store.live().await?);
+        for host in store.hosts().await? {
+            state.learn_adapters(&host.adapters);
+        }
+        for name in &config.known_adapters {
+            state.known_adapters.entry(name.clone()).or_default();
+        }
+        let mut scheduler = Scheduler {
+            state,
+            store,
+            redis,
+            keys,
+            events,
+            config,
+            rx,
+            epoch: Epoch {
+                known: None,
+                distrust_until: None,
+            },
+            redis_ok: false,
+            last_sweep: None,
+            turns: 0,
+            resync: false,
+        };
+        tracing::info!(
+            queued = scheduler.state.queue.len(),
+            live = scheduler.state.live.len(),
+            "task state loaded"
+        );
+        scheduler.reconcile().await;
+        Ok((scheduler, SchedulerHandle { tx }))
+    }
+
+    /// Runs turns until `shutdown` resolves or every handle is gone.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut commands = Vec::with_capacity(self.config.max_batch);
+        let sweep_every = self.config.timers.sweep_interval;
+        let mut next_sweep = Instant::now() + sweep_every.min(Duration::from_millis(500));
+        let mut more_work = false;
+        loop {
+            if self.resync {
+                self.reload().await;
+            }
+            let sweep_at = tokio::time::Instant::from_std(next_sweep);
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                n = self.rx.recv_many(&mut commands, self.config.max_batch) => {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                _ = tokio::time::sleep_until(sweep_at) => {}
+                _ = std::future::ready(()), if more_work => {}
+            }
+            self.turns += 1;
+            let mut cycle = Cycle::default();
+            for command in commands.drain(..) {
+                self.handle(command, &mut cycle);
+            }
+            if Instant::now() >= next_sweep {
+                self.sweep(&mut cycle).await;
+                self.last_sweep = Some(Instant::now());
+                next_sweep = Instant::now() + sweep_every;
+            }
+            self.plan_dispatches(&mut cycle);
+            let inserted = !cycle.inserts.is_empty();
+            self.commit(cycle).await;
+            // New tasks enter the queue at commit; dispatch them next turn
+            // without waiting for another command.
+            more_work = inserted && self.dispatch_possible();
+        }
+        tracing::info!("scheduler stopped");
+    }
+
+    fn handle(&mut self, command: Command, cycle: &mut Cycle) {
+        match command {
+            Command::Submit { tasks, reply } => self.submit(tasks, reply, cycle),
+            Command::Cancel { task, reply } => self.cancel(task, reply, cycle),
+            Command::Connected {
+                hello,
+                session,
+                addr,
+                outbox,
+            } => self.connected(*hello, session, addr, outbox, cycle),
+            Command::Disconnected { host, session } => self.disconnected(&host, session),
+            Command::Message {
+                host,
+                session,
+                message,
+            } => self.message(&host, session, message, cycle),
+            Command::Hosts { reply } => {
+                let _ = reply.send(self.host_snapshots());
+            }
+            Command::Overview { reply } => {
+                let _ = reply.send(Overview {
+                    queued: self.state.queue.len(),
+                    live: self.state.live.len(),
+                    hosts: self.state.hosts.len(),
+                    free_slots: self.state.hosts.values().map(|h| h.free_slots()).sum(),
+                    redis_ok: self.redis_ok,
+                    last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
+                    turns: self.turns,
+                });
+            }
+        }
+    }
+
+    fn submit(
+        &mut self,
+        mut tasks: Vec<NewTask>,
+        reply: oneshot::Sender<Result<Vec<TaskId>, SubmitError>>,
+        cycle: &mut Cycle,
+    ) {
+        for task in &mut tasks {
+            let Some(kinds) = self.state.known_adapters.get(&task.adapter) else {
+                let mut known: Vec<String> = self.state.known_adapters.keys().cloned().collect();
+                known.sort();
+                let _ = reply.send(Err(SubmitError::UnknownAdapter {
+                    adapter: task.adapter.clone(),
+                    known,
+                }));
+                return;
+            };
+            if task.kind.is_empty() {
+                task.kind = kinds.first().cloned().unwrap_or_default();
+            } else if !kinds.is_empty() && !kinds.contains(&task.kind) {
+                let _ = reply.send(Err(SubmitError::UnknownKind {
+                    adapter: task.adapter.clone(),
+                    kind: task.kind.clone(),
+                    kinds: kinds.clone(),
+                }));
+                return;
+            }
+        }
+        cycle.submits.push(cycle::PendingSubmit {
+            count: tasks.len(),
+            reply,
+        });
+        cycle.inserts.extend(tasks);
+    }
+
+    fn cancel(&mut self, task: TaskId, reply: oneshot::Sender<CancelOutcome>, cycle: &mut Cycle) {
+        if self.state.queue.remove(task).is_some() {
+            cycle.write(Write::CancelPending { task });
+            cycle
+                .events
+                .push(self.event(task, TaskStatus::Cancelled, 0, None));
+            cycle.on_commit(move |ok| {
+                let _ = reply.send(if ok {
+                    CancelOutcome::Cancelled
+                } else {
+                    CancelOutcome::Unavailable
+                });
+            });
+            return;
+        }
+        let Some(live) = self.state.live.get_mut(&task) else {
+            let _ = reply.send(CancelOutcome::NotLive);
+            return;
+        };
+        let attempt = live.attempt_ref(task);
+        if !live.cancel_requested {
+            live.cancel_requested = true;
+            cycle.write(Write::RequestCancel { attempt });
+        }
+        let host = live.host.clone();
+        if let Some(h) = self.state.hosts.get(&host) {
+            cycle.send(&host, h.session, MasterMessage::Cancel { attempt });
+        }
+        tracing::info!(%attempt, %host, "cancellation requested");
+        cycle.on_commit(move |ok| {
+            let _ = reply.send(if ok {
+                CancelOutcome::CancelRequested
+            } else {
+                CancelOutcome::Unavailable
+            });
+        });
+    }
+
+    /// A status event for a task, with its current host.
+    fn event(
+        &self,
+        task: TaskId,
+        status: TaskStatus,
+        attempt: u32,
+        host: Option<&HostId>,
+    ) -> TaskEvent {
+        TaskEvent {
+            task,
+            kind: EventKind::Status,
+            status,
+            attempt,
+            host: host.map(|h| h.to_string()),
+            progress: None,
+            metrics: None,
+            error: None,
+            at_ms: now_ms(),
+        }
+    }
+
+    /// Commits the turn's writes, then acts on them.
+    async fn commit(&mut self, mut cycle: Cycle) {
+        let committed = if cycle.has_writes() {
+            self.apply(&mut cycle).await
+        } else {
+            true
+        };
+        for (host, session, message) in cycle.messages.drain(..) {
+            if matches!(message, MasterMessage::ReportAck { .. }) && !committed {
+                // The host keeps the report and sends it again.
+                continue;
+            }
+            self.deliver(&host, session, message);
+        }
+        if committed {
+            if !cycle.reports_done.is_empty() {
+                self.forget_reports(&cycle.reports_done, &[]).await;
+            }
+            for event in cycle.events.drain(..) {
+                self.events.publish(event);
+            }
+        } else {
+            self.resync = true;
+        }
+        for reply in cycle.replies.drain(..) {
+            reply(committed);
+        }
+    }
+
+    /// Runs the database transaction of a turn; returns whether it committed.
+    async fn apply(&mut self, cycle: &mut Cycle) -> bool {
+        let now = now_ms();
+        let payloads = if cycle.dispatches.is_empty() {
+            Ok(vec![])
+        } else {
+            let ids: Vec<TaskId> = cycle.dispatches.iter().map(|d| d.attempt.task).collect();
+            self.store.dispatch_payloads(&ids).await
+        };
+        let payloads = match payloads {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot load dispatch payloads; reloading state");
+                self.fail_submits(cycle, &e.to_string());
+                return false;
+            }
+        };
+        let (writes, kinds, offset) = cycle.take_writes();
+        let inserts = std::mem::take(&mut cycle.inserts);
+        let batch = Batch {
+            inserts,
+            writes,
+            now_ms: now,
+        };
+        let result = match self.store.apply(&batch).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "task store write failed; reloading state");
+                self.fail_submits(cycle, &e.to_string());
+                return false;
+            }
+        };
+        for (i, applied) in result.applied.iter().enumerate() {
+            if !applied && kinds[i] == WriteKind::Required {
+                tracing::error!(write = ?batch.writes[i], "a write did not apply: the in-memory state disagrees with the database; reloading");
+                self.resync = true;
+            }
+        }
+        // Submissions: ids in order, then into the queue.
+        let mut ids = result.inserted.iter().copied();
+        let mut inserted = batch.inserts.iter();
+        for submit in cycle.submits.drain(..) {
+            let mine: Vec<TaskId> = ids.by_ref().take(submit.count).collect();
+            for id in &mine {
+                if let Some(task) = inserted.next() {
+                    self.state.queue.push(queue::Queued {
+                        id: *id,
+                        adapter: task.adapter.clone(),
+                        priority: task.priority,
+                        attempt: 0,
+                        runs: 0,
+                        max_attempts: task.max_attempts,
+                    });
+                    cycle
+                        .events
+                        .push(self.event(*id, TaskStatus::Pending, 0, None));
+                }
+            }
+            let _ = submit.reply.send(Ok(mine));
+        }
+        // Dispatches whose write applied go out now.
+        let mut by_id: std::collections::HashMap<TaskId, crate::store::DispatchPayload> =
+            payloads.into_iter().map(|p| (p.id, p)).collect();
+        for d in std::mem::take(&mut cycle.dispatches) {
+            if !result
+                .applied
+                .get(offset + d.write)
+                .copied()
+                .unwrap_or(false)
+            {
+                continue;
+            }
+            let Some(payload) = by_id.remove(&d.attempt.task) else {
+                tracing::error!(attempt = %d.attempt, "dispatched task has no payload");
+                self.resync = true;
+                continue;
+            };
+            let checkpoint = payload.checkpoint.map(|c| c.checkpoint);
+            let message = MasterMessage::Dispatch(trainyard_proto::messages::Dispatch {
+                attempt: d.attempt,
+                adapter: payload.adapter,
+                kind: payload.kind,
+                params: payload.params,
+                checkpoint,
+                timeout_secs: payload.timeout_secs,
+            });
+            self.deliver(&d.host, d.session, message);
+        }
+        true
+    }
+
+    fn fail_submits(&mut self, cycle: &mut Cycle, error: &str) {
+        for submit in cycle.submits.drain(..) {
+            let _ = submit
+                .reply
+                .send(Err(SubmitError::Unavailable(error.to_string())));
+        }
+        cycle.dispatches.clear();
+    }
+
+    /// Queues a message for a host's connection. A host whose outbox is full
+    /// is not reading its connection; it is disconnected rather than allowed
+    /// to hold memory.
+    fn deliver(&mut self, host: &HostId, session: SessionId, message: MasterMessage) {
+        let Some(h) = self.state.hosts.get(host) else {
+            return;
+        };
+        if h.session != session {
+            return;
+        }
+        match h.outbox.try_send(message) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(%host, "host is not reading its connection; disconnecting it");
+                self.state.hosts.remove(host);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Rebuilds the queue and the live tasks from the database.
+    async fn reload(&mut self) {
+        match (self.store.pending().await, self.store.live().await) {
+            (Ok(pending), Ok(live)) => {
+                self.state.load(pending, live);
+                self.resync = false;
+                tracing::info!(
+                    queued = self.state.queue.len(),
+                    live = self.state.live.len(),
+                    "task state reloaded from the database"
+                );
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "cannot reload task state; retrying in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    async fn forget_reports(&mut self, done: &[trainyard_proto::AttemptRef], garbage: &[String]) {
+        let result = match self.redis.connection().await {
+            Ok(mut con) => crate::sweep::forget_reports(&mut con, &self.keys, done, garbage).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            // They are picked up again by a later sweep, seen as stale, and removed then.
+            tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+        }
+    }
+
+    fn host_snapshots(&self) -> Vec<HostSnapshot> {
+        let mut hosts: Vec<HostSnapshot> = self
+            .state
+            .hosts
+            .iter()
+            .map(|(id, h)| {
+                let mut running: Vec<RunningSnapshot> = self
+                    .state
+                    .live
+                    .iter()
+                    .filter(|(_, l)| &l.host == id)
+                    .map(|(task, l)| RunningSnapshot {
+                        task: *task,
+                        attempt: l.attempt,
+                        status: l.status,
+                        slot: l.slot,
+                    })
+                    .collect();
+                running.sort_by_key(|r| r.task);
+                HostSnapshot {
+                    id: id.to_string(),
+                    addr: h.addr.to_string(),
+                    slots: h.slots,
+                    free_slots: h.free_slots(),
+                    adapters: h.adapters.clone(),
+                    agent: h.agent.clone(),
+                    connected_for_ms: h.connected_at.elapsed().as_millis() as u64,
+                    last_seen_ms_ago: h.last_seen.elapsed().as_millis() as u64,
+                    running,
+                }
+            })
+            .collect();
+        hosts.sort_by(|a, b| a.id.cmp(&b.id));
+        hosts
+    }
+}

@@ -1,0 +1,115 @@
+//! Recording how an attempt ended, from its report (over the connection or
+//! picked up from Redis) or from the sweep's verdict. The report of the
+//! task's current attempt, from the host that runs it, moves the task on;
+//! any other is acknowledged and changes nothing.
+
+use super::cycle::Cycle;
+use super::queue::Queued;
+use super::state::SessionId;
+use super::Scheduler;
+use crate::events::TaskEvent;
+use crate::model::{AttemptOutcome, Metrics, TaskStatus};
+use crate::recovery::{self, Settle};
+use crate::store::{Next, Write};
+use trainyard_proto::messages::{AttemptReport, MasterMessage};
+use trainyard_proto::{AttemptRef, HostId};
+
+impl Scheduler {
+    /// Handles a final report. `connection` is the host connection it came
+    /// on, or `None` when the sweep found it in Redis.
+    pub(super) fn report(
+        &mut self,
+        report: AttemptReport,
+        connection: Option<(HostId, SessionId)>,
+        cycle: &mut Cycle,
+    ) {
+        let attempt = report.attempt;
+        if let Some(live) = self.state.current(attempt, &report.host).cloned() {
+            if live.status == TaskStatus::Dispatched {
+                // It ran to the end before its acceptance was recorded.
+                self.mark_running(attempt, report.slot, cycle);
+            }
+            let live = self.state.live.get(&attempt.task).cloned().unwrap_or(live);
+            let decision = recovery::report(&live.view(), &report);
+            tracing::info!(
+                %attempt,
+                host = %report.host,
+                outcome = decision.outcome.as_str(),
+                from = if connection.is_some() { "connection" } else { "redis" },
+                "attempt reported"
+            );
+            self.settle(
+                attempt,
+                decision.outcome,
+                decision.error,
+                decision.metrics,
+                decision.then,
+                cycle,
+            );
+        } else {
+            tracing::debug!(%attempt, host = %report.host, "report of an attempt that is no longer current; acknowledged and ignored");
+        }
+        // The report stays in Redis until the turn commits; then it goes, and
+        // the host may forget its copy.
+        cycle.reports_done.push(attempt);
+        let ack = MasterMessage::ReportAck { attempt };
+        match connection {
+            Some((host, session)) => cycle.send(&host, session, ack),
+            None => {
+                if let Some(h) = self.state.hosts.get(&report.host) {
+                    cycle.send(&report.host, h.session, ack);
+                }
+            }
+        }
+    }
+
+    /// Ends the current attempt `attempt` and moves the task on.
+    pub(super) fn settle(
+        &mut self,
+        attempt: AttemptRef,
+        outcome: AttemptOutcome,
+        error: Option<String>,
+        metrics: Option<Metrics>,
+        then: Settle,
+        cycle: &mut Cycle,
+    ) {
+        let Some(live) = self.state.release(attempt.task) else {
+            return;
+        };
+        let (status, next) = match then {
+            Settle::Complete { result, checkpoint } => (
+                TaskStatus::Completed,
+                Next::Completed { result, checkpoint },
+            ),
+            Settle::Fail(error) => (TaskStatus::Failed, Next::Failed { error }),
+            Settle::Cancel => (TaskStatus::Cancelled, Next::Cancelled),
+            Settle::Requeue => (TaskStatus::Pending, Next::Requeue),
+        };
+        let mut event = TaskEvent {
+            metrics: metrics.clone(),
+            ..self.event(attempt.task, status, attempt.attempt, Some(&live.host))
+        };
+        event.error = match &next {
+            Next::Failed { error } => Some(error.clone()),
+            _ => error.clone(),
+        };
+        cycle.events.push(event);
+        cycle.write(Write::Finish {
+            attempt,
+            outcome,
+            error,
+            metrics,
+            next,
+        });
+        if status == TaskStatus::Pending {
+            self.state.queue.push(Queued {
+                id: attempt.task,
+                adapter: live.adapter,
+                priority: live.priority,
+                attempt: live.attempt,
+                runs: live.runs,
+                max_attempts: live.max_attempts,
+            });
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The scheduler's in-memory picture: the queue, the live tasks, and the
+//! connected hosts with their free slots. It mirrors the database, which stays
+//! the truth: after any doubt (a failed commit, a write that did not apply)
+//! the scheduler rebuilds it from there.
+
+use super::queue::{Queue, Queued};
+use crate::model::TaskStatus;
+use crate::recovery::LiveTask;
+use crate::store::{LiveTask as StoredLive, QueuedTask};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use trainyard_proto::messages::{AdapterInfo, MasterMessage};
+use trainyard_proto::{AttemptRef, HostId, TaskId};
+
+/// Identifies one connection of a host; a host that reconnects gets a new one,
+/// so messages still in flight from its old connection are told apart.
+pub type SessionId = u64;
+
+/// A task with an attempt out on a host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Live {
+    pub adapter: String,
+    pub priority: i32,
+    pub status: TaskStatus,
+    pub attempt: u32,
+    pub host: HostId,
+    pub slot: Option<u32>,
+    pub dispatch_deadline_ms: Option<i64>,
+    pub cancel_requested: bool,
+    pub runs: u32,
+    pub max_attempts: u32,
+}
+
+impl Live {
+    pub fn attempt_ref(&self, task: TaskId) -> AttemptRef {
+        AttemptRef::new(task, self.attempt)
+    }
+
+    /// The view the recovery decisions take.
+    pub fn view(&self) -> LiveTask {
+        LiveTask {
+            status: self.status,
+            attempt: self.attempt,
+            host: self.host.to_string(),
+            dispatch_deadline_ms: self.dispatch_deadline_ms,
+            cancel_requested: self.cancel_requested,
+            runs: self.runs,
+            max_attempts: self.max_attempts,
+        }
+    }
+}
+
+/// A connected host.
+pub struct Host {
+    pub session: SessionId,
+    pub addr: SocketAddr,
+    pub outbox: mpsc::Sender<MasterMessage>,
+    pub slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    pub agent: String,
+    /// Attempts the master has given this host and not yet seen end.
+    pub assigned: HashSet<AttemptRef>,
+    /// Attempts the host itself last said it runs (hello or heartbeat),
+    /// which may include ones it has been told to stop.
+    pub reported: HashSet<AttemptRef>,
+    pub connected_at: Instant,
+    pub last_seen: Instant,
+    /// No dispatches before this, after the host refused one.
+    pub cooldown_until: Option<Instant>,
+    /// How many dispatches this host got, to spread ties.
+    pub dispatched: u64,
+}
+
+impl Host {
+    pub fn carries(&self, adapter: &str) -> bool {
+        self.adapters.iter().any(|a| a.name == adapter)
+    }
+
+    /// Slots neither assigned by the master nor still busy on the host.
+    pub fn free_slots(&self) -> u32 {
+        let busy = self.assigned.len() + self.reported.difference(&self.assigned).count();
+        self.slots.saturating_sub(busy as u32)
+    }
+
+    pub fn accepting(&self, now: Instant) -> bool {
+        self.cooldown_until.is_none_or(|until| now >= until)
+    }
+}
+
+#[derive(Default)]
+pub struct State {
+    pub queue: Queue,
+    pub live: HashMap<TaskId, Live>,
+    pub hosts: HashMap<HostId, Host>,
+    /// Adapters some host has ever carried (or the operator declared), by
+    /// name, with their kinds; what submissions are checked against.
+    pub known_adapters: HashMap<String, Vec<String>>,
+    /// Stale attempts found in Redis at start-up, by host: each is told to
+    /// stop when its host connects.
+    pub stale_on_connect: HashMap<HostId, BTreeSet<AttemptRef>>,
+}
+
+impl State {
+    /// Replaces the queue and the live tasks with what the database holds.
+    pub fn load(&mut self, pending: Vec<QueuedTask>, live: Vec<StoredLive>) {
+        self.queue = Queue::default();
+        for t in pending {
+            self.queue.push(Queued {
+                id: t.id,
+                adapter: t.adapter,
+                priority: t.priority,
+                attempt: t.attempt,
+                runs: t.runs,
+                max_attempts: t.max_attempts,
+            });
+        }
+        for host in self.hosts.values_mut() {
+            host.assigned.clear();
+        }
+        self.live.clear();
+        for t in live {
+            let Ok(host) = HostId::new(t.host.clone()) else {
+                tracing::error!(task = t.id, host = %t.host, "live task names an invalid host id; leaving it to the sweep");
+                continue;
+            };
+            let live = Live {
+                adapter: t.adapter,
+                priority: t.priority,
+                status: t.status,
+                attempt: t.attempt,
+                host,
+                slot: t.slot,
+                dispatch_deadline_ms: t.dispatch_deadline_ms,
+                cancel_requested: t.cancel_requested,
+                runs: t.runs,
+                max_attempts: t.max_attempts,
+            };
+            self.assign(t.id, live);
+        }
+    }
+
+    /// Records a live attempt and counts it against its host's slots.
+    pub fn assign(&mut self, task: TaskId, live: Live) {
+        if let Some(host) = self.hosts.get_mut(&live.host) {
+            host.assigned.insert(live.attempt_ref(task));
+        }
+        if let Some(old) = self.live.insert(task, live) {
+            if let Some(host) = self.hosts.get_mut(&old.host) {
+                host.assigned.remove(&old.attempt_ref(task));
+            }
+        }
+    }
+
+    /// Forgets a live attempt, freeing its host's slot.
+    pub fn release(&mut self, task: TaskId) -> Option<Live> {
+        let live = self.live.remove(&task)?;
+        if let Some(host) = self.hosts.get_mut(&live.host) {
+            let attempt = live.attempt_ref(task);
+            host.assigned.remove(&attempt);
+            host.reported.remove(&attempt);
+        }
+        Some(live)
+    }
+
+    /// The live task if `attempt` is its current attempt and `host` runs it.
+    pub fn current(&self, attempt: AttemptRef, host: &HostId) -> Option<&Live> {
+        self.live
+            .get(&attempt.task)
+            .filter(|l| l.attempt == attempt.attempt && &l.host == host)
+    }
+
+    /// Attempts of live tasks the master gave to `host`.
+    pub fn assigned_to(&self, host: &HostId) -> HashSet<AttemptRef> {
+        self.live
+            .iter()
+            .filter(|(_, l)| &l.host == host)
+            .map(|(id, l)| l.attempt_ref(*id))
+            .collect()
+    }
+
+    pub fn learn_adapters(&mut self, adapters: &[AdapterInfo]) {
+        for a in adapters {
+            self.known_adapters.insert(a.name.clone(), a.kinds.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(slots: u32) -> Host {
+        let (outbox, _rx) = mpsc::channel(1);
+        Host {
+            session: 1,
+            addr: "127.0.0.1:1".parse().unwrap(),
+            outbox,
+            slots,
+            adapters: vec![],
+            agent: String::new(),
+            assigned: HashSet::new(),
+            reported: HashSet::new(),
+            connected_at: Instant::now(),
+            last_seen: Instant::now(),
+            cooldown_until: None,
+            dispatched: 0,
+        }
+    }
+
+    #[test]
+    fn a_slot_stays_busy_while_the_host_still_runs_an_attempt_it_was_told_to_stop() {
+        let mut h = host(2);
+        h.assigned.insert(AttemptRef::new(1, 1));
+        h.reported.insert(AttemptRef::new(1, 1));
+        assert_eq!(h.free_slots(), 1);
+        h.reported.insert(AttemptRef::new(9, 1)); // a zombie attempt
+        assert_eq!(h.free_slots(), 0);
+    }
+
+    #[test]
+    fn releasing_a_task_frees_its_hosts_slot() {
+        let mut state = State::default();
+        let id = HostId::new("h").unwrap();
+        state.hosts.insert(id.clone(), host(1));
+        let live = Live {
+            adapter: "a".into(),
+            priority: 0,
+            status: TaskStatus::Running,
+            attempt: 1,
+            host: id.clone(),
+            slot: Some(0),
+            dispatch_deadline_ms: None,
+            cancel_requested: false,
+            runs: 1,
+            max_attempts: 3,
+        };
+        state.assign(7, live);
+        assert_eq!(state.hosts[&id].free_slots(), 0);
+        assert!(state.current(AttemptRef::new(7, 1), &id).is_some());
+        assert!(state.current(AttemptRef::new(7, 2), &id).is_none());
+        state.release(7);
+        assert_eq!(state.hosts[&id].free_slots(), 1);
+    }
+}

@@ -1,0 +1,390 @@
+//! The batch transaction: new tasks first, then the writes, grouped by
+//! [`batch::plan`] into multi-row compare-and-set statements.
+//!
+//! Each task statement updates only the rows still in the state the write
+//! expects (status and attempt) and returns their ids: those writes applied,
+//! the others changed nothing. The attempt rows of the applied writes follow
+//! in a second statement of the same transaction, so a task and its attempt
+//! row never disagree after a commit.
+
+use super::batch::{self, Action, Batch, BatchResult, Next, Write};
+use super::statements::*;
+use super::values::{self, Col, Param};
+use super::{json, Backend, Result, StoreError};
+use crate::model::{NewTask, StoredCheckpoint, TaskStatus};
+use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, AnyPool, Row};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use trainyard_proto::messages::Checkpoint;
+use trainyard_proto::TaskId;
+
+pub(super) async fn apply(pool: &AnyPool, backend: Backend, batch: &Batch) -> Result<BatchResult> {
+    if batch.inserts.is_empty() && batch.writes.is_empty() {
+        return Ok(BatchResult::default());
+    }
+    let groups = batch::plan(&batch.writes);
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(StoreError::db("begin a batch"))?;
+    let mut writer = Writer {
+        conn: &mut tx,
+        backend,
+        now: batch.now_ms,
+    };
+    let inserted = writer.insert_tasks(&batch.inserts).await?;
+    let mut applied = vec![false; batch.writes.len()];
+    for group in &groups {
+        let writes: Vec<(&Write, i64)> = group
+            .writes
+            .iter()
+            .filter_map(|&i| {
+                let write = &batch.writes[i];
+                // An id beyond i64 names no stored task: it cannot apply.
+                i64::try_from(write.task()).ok().map(|id| (write, id))
+            })
+            .collect();
+        let done = writer.run_group(group.action, &writes).await?;
+        for &i in &group.writes {
+            applied[i] = i64::try_from(batch.writes[i].task()).is_ok_and(|id| done.contains(&id));
+        }
+    }
+    tx.commit()
+        .await
+        .map_err(StoreError::db("commit a batch"))?;
+    Ok(BatchResult { inserted, applied })
+}
+
+/// The open batch transaction.
+struct Writer<'c> {
+    conn: &'c mut AnyConnection,
+    backend: Backend,
+    /// The batch clock, bound as `{now}`.
+    now: i64,
+}
+
+impl Writer<'_> {
+    /// Runs a template over rows; returns what the statements returned.
+    async fn run(
+        &mut self,
+        action: &'static str,
+        template: &str,
+        cols: &[Col],
+        rows: &[Vec<Param<'_>>],
+    ) -> Result<Vec<AnyRow>> {
+        values::run(
+            self.conn,
+            self.backend,
+            template,
+            cols,
+            rows,
+            Some(self.now),
+        )
+        .await
+        .map_err(StoreError::db(action))
+    }
+
+    /// Inserts the new tasks and returns their ids in the order given. Ids
+    /// grow in insertion order within the transaction, so sorting what
+    /// `RETURNING` gives (whose order neither database promises) restores
+    /// the input order.
+    async fn insert_tasks(&mut self, tasks: &[NewTask]) -> Result<Vec<TaskId>> {
+        let action = "record new tasks";
+        let rows: Vec<Vec<Param>> = tasks
+            .iter()
+            .map(|t| {
+                vec![
+                    Param::opt_text(t.name.as_deref()),
+                    Param::text(&t.adapter),
+                    Param::text(&t.kind),
+                    Param::text(&t.params),
+                    Param::int(t.priority),
+                    Param::int(t.max_attempts),
+                    // A timeout beyond i64 seconds is no limit at all.
+                    Param::Int(t.timeout_secs.map(|s| i64::try_from(s).unwrap_or(i64::MAX))),
+                ]
+            })
+            .collect();
+        let returned = self.run(action, INSERT_TASKS, INSERT_COLS, &rows).await?;
+        let mut ids = returned
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0).map(|id| id as TaskId))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(StoreError::db(action))?;
+        ids.sort_unstable();
+        if ids.len() != tasks.len() {
+            return Err(StoreError::Database {
+                action,
+                source: sqlx::Error::Protocol(format!(
+                    "{} tasks inserted, {} ids returned",
+                    tasks.len(),
+                    ids.len()
+                )),
+            });
+        }
+        Ok(ids)
+    }
+
+    /// Runs one group's statements; returns the ids of the tasks it changed.
+    async fn run_group(
+        &mut self,
+        action: Action,
+        writes: &[(&Write, i64)],
+    ) -> Result<HashSet<i64>> {
+        match action {
+            Action::Dispatch => self.dispatch(writes).await,
+            Action::Start => self.start(writes).await,
+            Action::Progress => self.progress(writes).await,
+            Action::Finish => self.finish(writes).await,
+            Action::RequestCancel => {
+                let rows = writes
+                    .iter()
+                    .filter_map(|(w, id)| match w {
+                        Write::RequestCancel { attempt } => {
+                            Some(vec![Param::int(*id), Param::int(attempt.attempt)])
+                        }
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>();
+                self.changed(
+                    "record cancel requests",
+                    &request_cancel(),
+                    REQUEST_CANCEL_COLS,
+                    &rows,
+                )
+                .await
+            }
+            Action::CancelPending => {
+                let rows = writes
+                    .iter()
+                    .map(|(_, id)| vec![Param::int(*id)])
+                    .collect::<Vec<_>>();
+                self.changed(
+                    "cancel pending tasks",
+                    CANCEL_PENDING,
+                    CANCEL_PENDING_COLS,
+                    &rows,
+                )
+                .await
+            }
+        }
+    }
+
+    /// Runs a task statement and collects the ids it returned.
+    async fn changed(
+        &mut self,
+        action: &'static str,
+        template: &str,
+        cols: &[Col],
+        rows: &[Vec<Param<'_>>],
+    ) -> Result<HashSet<i64>> {
+        let returned = self.run(action, template, cols, rows).await?;
+        returned
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(StoreError::db(action))
+    }
+
+    /// Runs an attempts statement over the rows of the writes that applied.
+    async fn follow_up(
+        &mut self,
+        action: &'static str,
+        template: &str,
+        cols: &[Col],
+        rows: Vec<(i64, Vec<Param<'_>>)>,
+        done: &HashSet<i64>,
+    ) -> Result<()> {
+        let rows: Vec<Vec<Param>> = rows
+            .into_iter()
+            .filter(|(id, _)| done.contains(id))
+            .map(|(_, row)| row)
+            .collect();
+        self.run(action, template, cols, &rows).await?;
+        Ok(())
+    }
+
+    async fn dispatch(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+        let mut tasks = Vec::with_capacity(writes.len());
+        let mut attempts = Vec::with_capacity(writes.len());
+        for (write, id) in writes {
+            if let Write::Dispatch {
+                from_attempt,
+                attempt,
+                host,
+                deadline_ms,
+                ..
+            } = write
+            {
+                tasks.push(vec![
+                    Param::int(*id),
+                    Param::int(*from_attempt),
+                    Param::int(*attempt),
+                    Param::text(host),
+                    Param::int(*deadline_ms),
+                ]);
+                attempts.push((
+                    *id,
+                    vec![Param::int(*id), Param::int(*attempt), Param::text(host)],
+                ));
+            }
+        }
+        let action = "record dispatches";
+        let done = self
+            .changed(action, DISPATCH_TASKS, DISPATCH_COLS, &tasks)
+            .await?;
+        self.follow_up(
+            action,
+            DISPATCH_ATTEMPTS,
+            DISPATCH_ATTEMPT_COLS,
+            attempts,
+            &done,
+        )
+        .await?;
+        Ok(done)
+    }
+
+    async fn start(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+        let rows: Vec<(i64, Vec<Param>)> = writes
+            .iter()
+            .filter_map(|(write, id)| match write {
+                Write::Start { attempt, slot } => Some((
+                    *id,
+                    vec![
+                        Param::int(*id),
+                        Param::int(attempt.attempt),
+                        Param::int(*slot),
+                    ],
+                )),
+                _ => None,
+            })
+            .collect();
+        let action = "record starts";
+        let tasks: Vec<Vec<Param>> = rows.iter().map(|(_, row)| row.clone()).collect();
+        let done = self
+            .changed(action, START_TASKS, START_COLS, &tasks)
+            .await?;
+        self.follow_up(action, START_ATTEMPTS, START_COLS, rows, &done)
+            .await?;
+        Ok(done)
+    }
+
+    async fn progress(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+        let mut rows = Vec::with_capacity(writes.len());
+        for (write, id) in writes {
+            if let Write::Progress {
+                attempt,
+                progress,
+                checkpoint,
+            } = write
+            {
+                let mut row = vec![
+                    Param::int(*id),
+                    Param::int(attempt.attempt),
+                    Param::owned_text(json::progress(progress)?),
+                ];
+                row.extend(checkpoint_params(checkpoint.as_ref()));
+                rows.push(row);
+            }
+        }
+        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Text]
+            .into_iter()
+            .chain(CHECKPOINT_COLS)
+            .collect();
+        self.changed("record progress", &progress_tasks(), &cols, &rows)
+            .await
+    }
+
+    async fn finish(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+        let mut tasks = Vec::with_capacity(writes.len());
+        let mut attempts = Vec::with_capacity(writes.len());
+        for (write, id) in writes {
+            let Write::Finish {
+                attempt,
+                outcome,
+                error,
+                metrics,
+                next,
+            } = write
+            else {
+                continue;
+            };
+            let (status, result, task_error, checkpoint) = match next {
+                Next::Completed { result, checkpoint } => (
+                    TaskStatus::Completed,
+                    Some(json::result(result)?),
+                    None,
+                    checkpoint.as_ref(),
+                ),
+                Next::Failed { error } => (TaskStatus::Failed, None, Some(error.as_str()), None),
+                Next::Cancelled => (TaskStatus::Cancelled, None, None, None),
+                Next::Requeue => (TaskStatus::Pending, None, None, None),
+            };
+            let mut row = vec![
+                Param::int(*id),
+                Param::int(attempt.attempt),
+                Param::text(status.as_str()),
+                Param::Text(result.map(Cow::Owned)),
+                Param::opt_text(task_error),
+            ];
+            row.extend(checkpoint_params(checkpoint));
+            tasks.push(row);
+            let metrics = metrics.as_ref().map(json::metrics).transpose()?;
+            attempts.push((
+                *id,
+                vec![
+                    Param::int(*id),
+                    Param::int(attempt.attempt),
+                    Param::text(outcome.as_str()),
+                    Param::opt_text(error.as_deref()),
+                    Param::Text(metrics.map(Cow::Owned)),
+                ],
+            ));
+        }
+        let action = "record finished attempts";
+        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Text, Col::Text, Col::Text]
+            .into_iter()
+            .chain(CHECKPOINT_COLS)
+            .collect();
+        let done = self.changed(action, &finish_tasks(), &cols, &tasks).await?;
+        self.follow_up(
+            action,
+            FINISH_ATTEMPTS,
+            FINISH_ATTEMPT_COLS,
+            attempts,
+            &done,
+        )
+        .await?;
+        Ok(done)
+    }
+}
+
+/// The five checkpoint columns of a row: whether it brings one, then the
+/// checkpoint's attempt, kind, name and bytes.
+fn checkpoint_params(checkpoint: Option<&StoredCheckpoint>) -> [Param<'_>; 5] {
+    match checkpoint {
+        None => [
+            Param::int(0),
+            Param::Int(None),
+            Param::Text(None),
+            Param::Text(None),
+            Param::Blob(None),
+        ],
+        Some(c) => {
+            let (kind, name, data) = match &c.checkpoint {
+                Checkpoint::File { name, data } => {
+                    ("file", name, Some(Cow::Borrowed(data.as_slice())))
+                }
+                Checkpoint::External(reference) => ("external", reference, None),
+            };
+            [
+                Param::int(1),
+                Param::int(c.attempt),
+                Param::text(kind),
+                Param::text(name),
+                Param::Blob(data),
+            ]
+        }
+    }
+}

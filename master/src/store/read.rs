@@ -1,0 +1,294 @@
+//! The reads: the queue and the live tasks the scheduler rebuilds its
+//! picture from, what a dispatch carries, the API's views of tasks and hosts.
+//! Also the one write outside a batch, recording a host that said hello.
+
+use super::values::{self, Col, Param};
+use super::{json, rows, Backend, Result, Store, StoreError};
+use crate::model::{HostRecord, StoredCheckpoint, Task, TaskDetail, TaskStatus};
+use std::collections::BTreeMap;
+use trainyard_proto::TaskId;
+
+/// A PENDING task, as the queue needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedTask {
+    pub id: TaskId,
+    pub adapter: String,
+    pub kind: String,
+    pub priority: i32,
+    /// The attempt the task was last dispatched at (0 if never).
+    pub attempt: u32,
+    pub runs: u32,
+    pub max_attempts: u32,
+}
+
+/// A DISPATCHED or RUNNING task, as the scheduler tracks it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveTask {
+    pub id: TaskId,
+    pub adapter: String,
+    pub priority: i32,
+    pub status: TaskStatus,
+    pub attempt: u32,
+    pub host: String,
+    pub slot: Option<u32>,
+    pub dispatch_deadline_ms: Option<i64>,
+    pub cancel_requested: bool,
+    pub runs: u32,
+    pub max_attempts: u32,
+}
+
+/// What a Dispatch message carries besides the attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatchPayload {
+    pub id: TaskId,
+    pub adapter: String,
+    pub kind: String,
+    /// The parameters as submitted (a JSON object, as text).
+    pub params: String,
+    /// The last checkpoint, handed to the next attempt.
+    pub checkpoint: Option<StoredCheckpoint>,
+    pub timeout_secs: Option<u64>,
+}
+
+/// Which tasks [`Store::tasks`] lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    pub status: Option<TaskStatus>,
+    pub adapter: Option<String>,
+    /// 0 means the default of 100; at most 1000.
+    pub limit: u32,
+    /// Page cursor: only tasks with a smaller id (the last id of the page
+    /// before).
+    pub before_id: Option<TaskId>,
+}
+
+const DEFAULT_LIMIT: u32 = 100;
+const MAX_LIMIT: u32 = 1000;
+
+impl TaskFilter {
+    fn effective_limit(&self) -> u32 {
+        match self.limit {
+            0 => DEFAULT_LIMIT,
+            n => n.min(MAX_LIMIT),
+        }
+    }
+}
+
+/// The listing query of a filter, with its parameters in placeholder order.
+fn list_query(filter: &TaskFilter) -> (String, Vec<Param<'_>>) {
+    let mut conditions = Vec::new();
+    let mut params = Vec::new();
+    if let Some(status) = filter.status {
+        params.push(Param::text(status.as_str()));
+        conditions.push(format!("status = ${}", params.len()));
+    }
+    if let Some(adapter) = &filter.adapter {
+        params.push(Param::text(adapter));
+        conditions.push(format!("adapter = ${}", params.len()));
+    }
+    if let Some(before) = filter.before_id {
+        // Ids beyond i64 do not exist, so every stored id is before them.
+        params.push(Param::Int(Some(i64::try_from(before).unwrap_or(i64::MAX))));
+        conditions.push(format!("id < ${}", params.len()));
+    }
+    let filter_sql = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    params.push(Param::int(filter.effective_limit()));
+    let sql = format!(
+        "SELECT {} FROM tasks {filter_sql} ORDER BY id DESC LIMIT ${}",
+        rows::TASK_COLUMNS,
+        params.len()
+    );
+    (sql, params)
+}
+
+impl Store {
+    /// PENDING tasks in dispatch order: priority DESC, then id (FIFO).
+    pub async fn pending(&self) -> Result<Vec<QueuedTask>> {
+        let sql = format!(
+            "SELECT {} FROM tasks WHERE status = 'PENDING' ORDER BY priority DESC, id",
+            rows::QUEUED_COLUMNS
+        );
+        let found = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("read the queue"))?;
+        found.iter().map(rows::queued).collect()
+    }
+
+    /// DISPATCHED and RUNNING tasks, by id.
+    pub async fn live(&self) -> Result<Vec<LiveTask>> {
+        let sql = format!(
+            "SELECT {} FROM tasks WHERE status IN ('DISPATCHED', 'RUNNING') ORDER BY id",
+            rows::LIVE_COLUMNS
+        );
+        let found = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("read the live tasks"))?;
+        found.iter().map(rows::live).collect()
+    }
+
+    /// What the Dispatch messages of these tasks need, in any order; ids
+    /// that do not exist are skipped.
+    pub async fn dispatch_payloads(&self, ids: &[TaskId]) -> Result<Vec<DispatchPayload>> {
+        let keys: Vec<Vec<Param>> = ids
+            .iter()
+            .filter_map(|id| i64::try_from(*id).ok())
+            .map(|id| vec![Param::int(id)])
+            .collect();
+        let template = format!(
+            "WITH v(v_id) AS (VALUES {{values}}) SELECT {} FROM tasks WHERE id IN (SELECT v_id FROM v)",
+            rows::PAYLOAD_COLUMNS
+        );
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(StoreError::db("read dispatch payloads"))?;
+        let found = values::run(&mut conn, self.backend, &template, &[Col::Int], &keys, None)
+            .await
+            .map_err(StoreError::db("read dispatch payloads"))?;
+        found.iter().map(rows::dispatch_payload).collect()
+    }
+
+    /// One task with its attempts in ascending order, read from one snapshot.
+    pub async fn task(&self, id: TaskId) -> Result<Option<TaskDetail>> {
+        let Ok(id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        let action = "read a task";
+        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
+        if self.backend == Backend::Postgres {
+            // READ COMMITTED would give each statement its own snapshot, and
+            // the attempts could then belong to a newer state of the task.
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(action))?;
+        }
+        let sql = format!("SELECT {} FROM tasks WHERE id = $1", rows::TASK_COLUMNS);
+        let Some(row) = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::db(action))?
+        else {
+            return Ok(None);
+        };
+        let task = rows::task(&row)?;
+        let sql = format!(
+            "SELECT {} FROM attempts WHERE task_id = $1 ORDER BY attempt",
+            rows::ATTEMPT_COLUMNS
+        );
+        let found = sqlx::query(&sql)
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::db(action))?;
+        tx.commit().await.map_err(StoreError::db(action))?;
+        let attempts = found
+            .iter()
+            .map(|row| rows::attempt(row, task.id))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(TaskDetail { task, attempts }))
+    }
+
+    /// Tasks matching the filter, newest first.
+    pub async fn tasks(&self, filter: &TaskFilter) -> Result<Vec<Task>> {
+        let (sql, params) = list_query(filter);
+        let mut query = sqlx::query(&sql);
+        for param in &params {
+            query = values::bind(query, param);
+        }
+        let found = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("list tasks"))?;
+        found.iter().map(rows::task).collect()
+    }
+
+    /// How many tasks are in each status; every status is present.
+    pub async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>> {
+        let found = sqlx::query("SELECT status, COUNT(*) AS count FROM tasks GROUP BY status")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("count tasks"))?;
+        let mut counts: BTreeMap<TaskStatus, u64> =
+            TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        for row in &found {
+            let (status, count) = rows::status_count(row)?;
+            counts.insert(status, count);
+        }
+        Ok(counts)
+    }
+
+    /// Records a host that said hello; a host seen before keeps its
+    /// `first_seen_ms`.
+    pub async fn upsert_host(&self, host: &HostRecord) -> Result<()> {
+        let adapters = json::adapters(&host.adapters)?;
+        sqlx::query(
+            "INSERT INTO hosts (id, slots, adapters, agent, first_seen_ms, last_seen_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (id) DO UPDATE SET slots = excluded.slots, adapters = excluded.adapters, \
+             agent = excluded.agent, last_seen_ms = excluded.last_seen_ms",
+        )
+        .bind(host.id.replace('\0', "\u{FFFD}"))
+        .bind(i64::from(host.slots))
+        .bind(adapters)
+        .bind(host.agent.replace('\0', "\u{FFFD}"))
+        .bind(host.first_seen_ms)
+        .bind(host.last_seen_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::db("record a host"))?;
+        Ok(())
+    }
+
+    /// Every host ever seen, by id.
+    pub async fn hosts(&self) -> Result<Vec<HostRecord>> {
+        let sql = format!("SELECT {} FROM hosts ORDER BY id", rows::HOST_COLUMNS);
+        let found = sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::db("read hosts"))?;
+        found.iter().map(rows::host).collect()
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn listing_limits_default_and_cap() {
+        let limit = |n| {
+            TaskFilter {
+                limit: n,
+                ..TaskFilter::default()
+            }
+            .effective_limit()
+        };
+        assert_eq!(limit(0), 100);
+        assert_eq!(limit(7), 7);
+        assert_eq!(limit(5000), 1000);
+    }
+
+    #[test]
+    fn listing_binds_only_the_filters_given() {
+        let filter = TaskFilter {
+            adapter: Some("ppo".into()),
+            before_id: Some(10),
+            ..TaskFilter::default()
+        };
+        let (sql, params) = list_query(&filter);
+        assert!(
+            sql.contains("WHERE adapter = $1 AND id < $2 ORDER BY id DESC LIMIT $3"),
+            "{sql}"
+        );
+        assert_eq!(params.len(), 3);
+    }
+}

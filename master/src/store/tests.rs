@@ -1,0 +1,989 @@
+//! The store against real databases: every behaviour is written once as an
+//! `async fn(Store)` and run on a fresh SQLite file and on a fresh PostgreSQL
+//! database (`TRAINYARD_TEST_DATABASE_URL`, e.g.
+//! `postgres://postgres@127.0.0.1:5432/test`; the PostgreSQL variants fail,
+//! saying so, when it is unset).
+
+use super::*;
+use crate::model::{
+    Attempt, AttemptOutcome, HostRecord, Metrics, NewTask, ProgressView, ResultView,
+    StoredCheckpoint, TaskDetail, TaskStatus,
+};
+use std::collections::BTreeMap;
+use std::time::Instant;
+use trainyard_proto::messages::{AdapterInfo, Checkpoint};
+use trainyard_proto::{AttemptRef, TaskId};
+
+const NOW: i64 = 1_700_000_000_000;
+
+/// Runs each named test on both backends, as `sqlite::<name>` and
+/// `postgres::<name>`.
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let db = trainyard_testkit::fresh_sqlite();
+                    let store = super::connect(&db.url).await;
+                    super::$test(store.clone()).await;
+                    store.close().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let db = trainyard_testkit::fresh_postgres().await;
+                    let store = super::connect(&db.url).await;
+                    super::$test(store.clone()).await;
+                    store.close().await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    migrations_run_once_and_reconnecting_is_a_no_op,
+    pending_is_by_priority_then_submission_order,
+    a_task_lives_from_dispatch_to_completion,
+    stale_writes_apply_nothing_and_change_nothing,
+    a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint,
+    cancelling_pending_and_live_tasks,
+    one_batch_mixes_applied_and_refused_writes_in_order,
+    a_failed_batch_leaves_nothing_behind,
+    tasks_filter_by_status_and_adapter_and_page_newest_first,
+    status_counts_list_every_status,
+    hosts_upsert_keeps_first_seen,
+    unreadable_rows_are_errors_naming_task_and_column,
+    ten_thousand_tasks_through_a_full_cycle,
+);
+
+async fn connect(url: &str) -> Store {
+    Store::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open the test database {url}: {e}"))
+}
+
+fn new_task(adapter: &str, priority: i32) -> NewTask {
+    NewTask {
+        name: Some(format!("{adapter}-{priority}")),
+        adapter: adapter.into(),
+        kind: "train".into(),
+        params: r#"{"lr":0.001,"env":"CartPole-v1"}"#.into(),
+        priority,
+        max_attempts: 3,
+        timeout_secs: Some(600),
+    }
+}
+
+async fn submit(store: &Store, tasks: Vec<NewTask>) -> Vec<TaskId> {
+    let n = tasks.len();
+    let result = store
+        .apply(&Batch {
+            inserts: tasks,
+            writes: vec![],
+            now_ms: NOW,
+        })
+        .await
+        .expect("insert tasks");
+    assert_eq!(result.inserted.len(), n);
+    result.inserted
+}
+
+async fn apply(store: &Store, now_ms: i64, writes: Vec<Write>) -> Vec<bool> {
+    let n = writes.len();
+    let result = store
+        .apply(&Batch {
+            inserts: vec![],
+            writes,
+            now_ms,
+        })
+        .await
+        .expect("apply writes");
+    assert_eq!(result.applied.len(), n);
+    result.applied
+}
+
+fn dispatch(task: TaskId, from_attempt: u32, host: &str) -> Write {
+    Write::Dispatch {
+        task,
+        from_attempt,
+        attempt: from_attempt + 1,
+        host: host.into(),
+        deadline_ms: NOW + 30_000,
+    }
+}
+
+fn start(task: TaskId, attempt: u32, slot: u32) -> Write {
+    Write::Start {
+        attempt: AttemptRef::new(task, attempt),
+        slot,
+    }
+}
+
+fn finish(
+    task: TaskId,
+    attempt: u32,
+    outcome: AttemptOutcome,
+    error: Option<&str>,
+    next: Next,
+) -> Write {
+    Write::Finish {
+        attempt: AttemptRef::new(task, attempt),
+        outcome,
+        error: error.map(String::from),
+        metrics: Some(Metrics::from([("episodes".to_string(), 10.0)])),
+        next,
+    }
+}
+
+fn file_checkpoint(attempt: u32, bytes: &[u8]) -> StoredCheckpoint {
+    StoredCheckpoint {
+        attempt,
+        checkpoint: Checkpoint::File {
+            name: "ckpt/model.pt".into(),
+            data: bytes.to_vec(),
+        },
+    }
+}
+
+async fn detail(store: &Store, id: TaskId) -> TaskDetail {
+    store
+        .task(id)
+        .await
+        .expect("read task")
+        .unwrap_or_else(|| panic!("task {id} is missing"))
+}
+
+async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
+    // An empty database got the whole schema.
+    assert!(store.pending().await.unwrap().is_empty());
+    assert!(store.hosts().await.unwrap().is_empty());
+    let ids = submit(&store, vec![new_task("ppo", 0)]).await;
+
+    let url = current_url(&store).await;
+    let again = connect(&url).await;
+    let migrations: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(&again.pool)
+        .await
+        .unwrap();
+    assert_eq!(migrations, 1, "each migration is recorded once");
+    let pending = again.pending().await.unwrap();
+    assert_eq!(
+        pending.iter().map(|t| t.id).collect::<Vec<_>>(),
+        ids,
+        "data survives reconnect"
+    );
+    again.close().await;
+}
+
+/// The URL of the store's own database, to connect a second time.
+async fn current_url(store: &Store) -> String {
+    match store.backend() {
+        Backend::Sqlite => {
+            let file: String =
+                sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                    .fetch_one(&store.pool)
+                    .await
+                    .unwrap();
+            format!("sqlite:{file}")
+        }
+        Backend::Postgres => {
+            let name: String = sqlx::query_scalar("SELECT current_database()::text")
+                .fetch_one(&store.pool)
+                .await
+                .unwrap();
+            let admin = trainyard_testkit::postgres_admin_url();
+            let (base, _) = admin.rsplit_once('/').expect("admin URL has a database");
+            format!("{base}/{name}")
+        }
+    }
+}
+
+async fn pending_is_by_priority_then_submission_order(store: Store) {
+    let ids = submit(
+        &store,
+        vec![
+            new_task("ppo", 0),
+            new_task("ppo", 5),
+            new_task("dqn", 0),
+            new_task("dqn", 5),
+            new_task("ppo", -1),
+        ],
+    )
+    .await;
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids grow in submission order: {ids:?}"
+    );
+    let pending = store.pending().await.unwrap();
+    let order: Vec<TaskId> = pending.iter().map(|t| t.id).collect();
+    assert_eq!(order, vec![ids[1], ids[3], ids[0], ids[2], ids[4]]);
+    let first = &pending[0];
+    assert_eq!(
+        first,
+        &QueuedTask {
+            id: ids[1],
+            adapter: "ppo".into(),
+            kind: "train".into(),
+            priority: 5,
+            attempt: 0,
+            runs: 0,
+            max_attempts: 3,
+        }
+    );
+}
+
+async fn a_task_lives_from_dispatch_to_completion(store: Store) {
+    let [id] = submit(&store, vec![new_task("ppo", 0)]).await[..] else {
+        unreachable!()
+    };
+    assert_eq!(
+        apply(&store, NOW + 1, vec![dispatch(id, 0, "gpu-1")]).await,
+        [true]
+    );
+    let live = store.live().await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(
+        (
+            live[0].status,
+            live[0].attempt,
+            live[0].host.as_str(),
+            live[0].dispatch_deadline_ms
+        ),
+        (TaskStatus::Dispatched, 1, "gpu-1", Some(NOW + 30_000))
+    );
+    assert!(store.pending().await.unwrap().is_empty());
+
+    assert_eq!(apply(&store, NOW + 2, vec![start(id, 1, 3)]).await, [true]);
+    let progress = ProgressView {
+        attempt: 1,
+        episode: Some(5),
+        total_episodes: Some(10),
+        episode_return: Some(12.5),
+        metrics: Metrics::from([("loss".to_string(), 0.25)]),
+        message: Some("halfway".into()),
+        at_ms: NOW + 3,
+    };
+    let applied = apply(
+        &store,
+        NOW + 3,
+        vec![Write::Progress {
+            attempt: AttemptRef::new(id, 1),
+            progress: progress.clone(),
+            checkpoint: Some(file_checkpoint(1, b"weights-v1")),
+        }],
+    )
+    .await;
+    assert_eq!(applied, [true]);
+    let mid = detail(&store, id).await.task;
+    assert_eq!(mid.progress.as_ref(), Some(&progress));
+    assert_eq!(mid.checkpoint.as_ref().map(|c| c.bytes), Some(10));
+
+    let result = ResultView {
+        metrics: Metrics::from([("return".to_string(), 200.0)]),
+        summary: Some("solved".into()),
+        checkpoint: Some(file_checkpoint(1, b"final-weights").view()),
+    };
+    let applied = apply(
+        &store,
+        NOW + 4,
+        vec![finish(
+            id,
+            1,
+            AttemptOutcome::Completed,
+            None,
+            Next::Completed {
+                result: result.clone(),
+                checkpoint: Some(file_checkpoint(1, b"final-weights")),
+            },
+        )],
+    )
+    .await;
+    assert_eq!(applied, [true]);
+
+    let got = detail(&store, id).await;
+    let task = &got.task;
+    assert_eq!(task.status, TaskStatus::Completed);
+    assert_eq!(
+        task.params,
+        serde_json::json!({"lr": 0.001, "env": "CartPole-v1"})
+    );
+    assert_eq!((task.attempt, task.runs, task.max_attempts), (1, 1, 3));
+    assert_eq!(task.name.as_deref(), Some("ppo-0"));
+    assert_eq!(task.timeout_secs, Some(600));
+    assert_eq!((task.host.as_deref(), task.slot), (Some("gpu-1"), Some(3)));
+    assert!(!task.cancel_requested);
+    assert_eq!(task.dispatch_deadline_ms, None);
+    assert_eq!(
+        task.progress.as_ref(),
+        Some(&progress),
+        "the last progress stays visible"
+    );
+    assert_eq!(task.result.as_ref(), Some(&result));
+    assert_eq!(
+        task.checkpoint,
+        Some(file_checkpoint(1, b"final-weights").view())
+    );
+    assert_eq!(task.error, None);
+    assert_eq!(
+        (
+            task.created_at_ms,
+            task.started_at_ms,
+            task.finished_at_ms,
+            task.updated_at_ms
+        ),
+        (NOW, Some(NOW + 2), Some(NOW + 4), NOW + 4)
+    );
+    assert_eq!(
+        got.attempts,
+        vec![Attempt {
+            attempt: 1,
+            host: "gpu-1".into(),
+            slot: Some(3),
+            dispatched_at_ms: NOW + 1,
+            started_at_ms: Some(NOW + 2),
+            finished_at_ms: Some(NOW + 4),
+            outcome: Some(AttemptOutcome::Completed),
+            error: None,
+            metrics: Some(Metrics::from([("episodes".to_string(), 10.0)])),
+        }]
+    );
+    assert!(store.live().await.unwrap().is_empty());
+}
+
+async fn stale_writes_apply_nothing_and_change_nothing(store: Store) {
+    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
+    let (running, pending) = (ids[0], ids[1]);
+    apply(
+        &store,
+        NOW + 1,
+        vec![dispatch(running, 0, "gpu-1"), start(running, 1, 0)],
+    )
+    .await;
+    let before = (detail(&store, running).await, detail(&store, pending).await);
+
+    let stale = vec![
+        // Wrong attempt: a report or start from an attempt that is not current.
+        start(running, 2, 1),
+        Write::Progress {
+            attempt: AttemptRef::new(running, 7),
+            progress: ProgressView::default(),
+            checkpoint: Some(file_checkpoint(7, b"x")),
+        },
+        finish(
+            running,
+            0,
+            AttemptOutcome::Failed,
+            Some("late"),
+            Next::Failed {
+                error: "late".into(),
+            },
+        ),
+        Write::RequestCancel {
+            attempt: AttemptRef::new(running, 2),
+        },
+        // Wrong status: a second dispatch of a running task, a start of a
+        // task never dispatched, cancelling a running one as if pending,
+        // progress and finish for a pending task.
+        dispatch(running, 1, "gpu-2"),
+        start(pending, 0, 0),
+        Write::CancelPending { task: running },
+        Write::Progress {
+            attempt: AttemptRef::new(pending, 0),
+            progress: ProgressView::default(),
+            checkpoint: None,
+        },
+        finish(pending, 0, AttemptOutcome::Completed, None, Next::Cancelled),
+        Write::RequestCancel {
+            attempt: AttemptRef::new(pending, 0),
+        },
+        // A task that does not exist.
+        start(999_999, 1, 0),
+    ];
+    let n = stale.len();
+    assert_eq!(apply(&store, NOW + 50, stale).await, vec![false; n]);
+    let after = (detail(&store, running).await, detail(&store, pending).await);
+    assert_eq!(
+        after, before,
+        "stale writes changed nothing, updated_at_ms included"
+    );
+}
+
+async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(store: Store) {
+    let [id] = submit(&store, vec![new_task("ppo", 0)]).await[..] else {
+        unreachable!()
+    };
+    apply(
+        &store,
+        NOW + 1,
+        vec![
+            dispatch(id, 0, "gpu-1"),
+            start(id, 1, 0),
+            Write::Progress {
+                attempt: AttemptRef::new(id, 1),
+                progress: ProgressView {
+                    attempt: 1,
+                    ..ProgressView::default()
+                },
+                checkpoint: Some(file_checkpoint(1, b"epoch-3")),
+            },
+        ],
+    )
+    .await;
+    let applied = apply(
+        &store,
+        NOW + 2,
+        vec![finish(
+            id,
+            1,
+            AttemptOutcome::LeaseLost,
+            Some("lease lapsed on gpu-1"),
+            Next::Requeue,
+        )],
+    )
+    .await;
+    assert_eq!(applied, [true]);
+
+    let requeued = detail(&store, id).await.task;
+    assert_eq!(requeued.status, TaskStatus::Pending);
+    assert_eq!(
+        (requeued.host, requeued.slot, requeued.cancel_requested),
+        (None, None, false)
+    );
+    assert_eq!(requeued.finished_at_ms, None);
+    assert_eq!(store.pending().await.unwrap()[0].attempt, 1);
+
+    // The next attempt is handed the checkpoint of the first.
+    let payloads = store.dispatch_payloads(&[id, 424_242]).await.unwrap();
+    assert_eq!(
+        payloads,
+        vec![DispatchPayload {
+            id,
+            adapter: "ppo".into(),
+            kind: "train".into(),
+            params: r#"{"lr":0.001,"env":"CartPole-v1"}"#.into(),
+            checkpoint: Some(file_checkpoint(1, b"epoch-3")),
+            timeout_secs: Some(600),
+        }],
+        "missing ids are skipped"
+    );
+
+    assert_eq!(
+        apply(
+            &store,
+            NOW + 3,
+            vec![dispatch(id, 1, "gpu-2"), start(id, 2, 1)]
+        )
+        .await,
+        [true, true]
+    );
+    apply(
+        &store,
+        NOW + 4,
+        vec![finish(
+            id,
+            2,
+            AttemptOutcome::Failed,
+            Some("trainer exited with status 1"),
+            Next::Failed {
+                error: "trainer exited with status 1".into(),
+            },
+        )],
+    )
+    .await;
+
+    let got = detail(&store, id).await;
+    assert_eq!(got.task.status, TaskStatus::Failed);
+    assert_eq!((got.task.attempt, got.task.runs), (2, 2));
+    assert_eq!(
+        got.task.error.as_deref(),
+        Some("trainer exited with status 1")
+    );
+    assert_eq!(
+        got.task.started_at_ms,
+        Some(NOW + 1),
+        "started_at is the first start"
+    );
+    assert_eq!(
+        got.task.checkpoint,
+        Some(file_checkpoint(1, b"epoch-3").view())
+    );
+    let attempts: Vec<_> = got
+        .attempts
+        .iter()
+        .map(|a| (a.attempt, a.host.as_str(), a.outcome, a.error.as_deref()))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            (
+                1,
+                "gpu-1",
+                Some(AttemptOutcome::LeaseLost),
+                Some("lease lapsed on gpu-1")
+            ),
+            (
+                2,
+                "gpu-2",
+                Some(AttemptOutcome::Failed),
+                Some("trainer exited with status 1")
+            ),
+        ]
+    );
+}
+
+async fn cancelling_pending_and_live_tasks(store: Store) {
+    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
+    let (queued, live) = (ids[0], ids[1]);
+    apply(
+        &store,
+        NOW + 1,
+        vec![dispatch(live, 0, "gpu-1"), start(live, 1, 0)],
+    )
+    .await;
+
+    let applied = apply(
+        &store,
+        NOW + 2,
+        vec![
+            Write::CancelPending { task: queued },
+            Write::RequestCancel {
+                attempt: AttemptRef::new(live, 1),
+            },
+        ],
+    )
+    .await;
+    assert_eq!(applied, [true, true]);
+    let cancelled = detail(&store, queued).await.task;
+    assert_eq!(
+        (cancelled.status, cancelled.finished_at_ms),
+        (TaskStatus::Cancelled, Some(NOW + 2))
+    );
+    let asked = store.live().await.unwrap();
+    assert_eq!(asked.len(), 1);
+    assert!(
+        asked[0].cancel_requested,
+        "the live task carries the cancel request"
+    );
+    assert_eq!(
+        asked[0].status,
+        TaskStatus::Running,
+        "until its host confirms"
+    );
+
+    apply(
+        &store,
+        NOW + 3,
+        vec![finish(
+            live,
+            1,
+            AttemptOutcome::Cancelled,
+            None,
+            Next::Cancelled,
+        )],
+    )
+    .await;
+    let got = detail(&store, live).await;
+    assert_eq!(got.task.status, TaskStatus::Cancelled);
+    assert_eq!(got.task.finished_at_ms, Some(NOW + 3));
+    assert_eq!(got.attempts[0].outcome, Some(AttemptOutcome::Cancelled));
+    // A cancelled task cannot be cancelled again.
+    assert_eq!(
+        apply(&store, NOW + 4, vec![Write::CancelPending { task: queued }]).await,
+        [false]
+    );
+}
+
+async fn one_batch_mixes_applied_and_refused_writes_in_order(store: Store) {
+    let ids = submit(
+        &store,
+        vec![new_task("ppo", 0), new_task("ppo", 0), new_task("ppo", 0)],
+    )
+    .await;
+    let result = store
+        .apply(&Batch {
+            inserts: vec![new_task("dqn", 1)],
+            writes: vec![
+                // One task through its whole life in one batch: order kept.
+                dispatch(ids[0], 0, "gpu-1"),
+                start(ids[0], 1, 0),
+                finish(
+                    ids[0],
+                    1,
+                    AttemptOutcome::Completed,
+                    None,
+                    Next::Completed {
+                        result: ResultView::default(),
+                        checkpoint: None,
+                    },
+                ),
+                // Refused: task 2 was never dispatched.
+                start(ids[1], 1, 0),
+                // Cancelled, then its dispatch in the same batch is refused.
+                Write::CancelPending { task: ids[2] },
+                dispatch(ids[2], 0, "gpu-1"),
+                dispatch(ids[1], 0, "gpu-2"),
+            ],
+            now_ms: NOW + 1,
+        })
+        .await
+        .unwrap();
+    assert_eq!(result.applied, [true, true, true, false, true, false, true]);
+    assert_eq!(result.inserted.len(), 1);
+    let status = |t: TaskDetail| t.task.status;
+    assert_eq!(status(detail(&store, ids[0]).await), TaskStatus::Completed);
+    assert_eq!(status(detail(&store, ids[1]).await), TaskStatus::Dispatched);
+    assert_eq!(status(detail(&store, ids[2]).await), TaskStatus::Cancelled);
+    assert!(
+        detail(&store, ids[2]).await.attempts.is_empty(),
+        "a refused dispatch leaves no attempt"
+    );
+    assert_eq!(
+        status(detail(&store, result.inserted[0]).await),
+        TaskStatus::Pending
+    );
+}
+
+/// Makes any attempt row for host `poison` fail to insert, to break a batch
+/// half-way through.
+async fn poison_host(store: &Store) {
+    let statements: &[&str] = match store.backend() {
+        Backend::Sqlite => &["CREATE TRIGGER poison BEFORE INSERT ON attempts WHEN NEW.host_id = 'poison' \
+             BEGIN SELECT RAISE(ABORT, 'poisoned host'); END"],
+        Backend::Postgres => &[
+            "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.host_id = 'poison' THEN RAISE EXCEPTION 'poisoned host'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER poison BEFORE INSERT ON attempts FOR EACH ROW EXECUTE FUNCTION poison()",
+        ],
+    };
+    for sql in statements {
+        sqlx::query(sql).execute(&store.pool).await.unwrap();
+    }
+}
+
+async fn a_failed_batch_leaves_nothing_behind(store: Store) {
+    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
+    poison_host(&store).await;
+    let before = store.status_counts().await.unwrap();
+    let err = store
+        .apply(&Batch {
+            inserts: vec![new_task("ppo", 0)],
+            writes: vec![
+                Write::CancelPending { task: ids[0] },
+                dispatch(ids[1], 0, "poison"),
+            ],
+            now_ms: NOW + 1,
+        })
+        .await
+        .expect_err("the poisoned attempt insert fails the batch");
+    assert!(err.to_string().contains("record dispatches"), "{err}");
+    assert_eq!(
+        store.status_counts().await.unwrap(),
+        before,
+        "nothing of the batch was kept"
+    );
+    assert_eq!(
+        detail(&store, ids[0]).await.task.status,
+        TaskStatus::Pending
+    );
+    assert_eq!(
+        detail(&store, ids[1]).await.task.status,
+        TaskStatus::Pending
+    );
+}
+
+async fn tasks_filter_by_status_and_adapter_and_page_newest_first(store: Store) {
+    let mut tasks = Vec::new();
+    for i in 0..7 {
+        tasks.push(new_task(if i % 2 == 0 { "ppo" } else { "dqn" }, 0));
+    }
+    let ids = submit(&store, tasks).await;
+    apply(
+        &store,
+        NOW + 1,
+        vec![
+            Write::CancelPending { task: ids[0] },
+            Write::CancelPending { task: ids[1] },
+        ],
+    )
+    .await;
+
+    let list = |filter: TaskFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .tasks(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(list(TaskFilter::default()).await, newest_first);
+    assert_eq!(
+        list(TaskFilter {
+            adapter: Some("ppo".into()),
+            ..TaskFilter::default()
+        })
+        .await,
+        vec![ids[6], ids[4], ids[2], ids[0]]
+    );
+    assert_eq!(
+        list(TaskFilter {
+            status: Some(TaskStatus::Cancelled),
+            ..TaskFilter::default()
+        })
+        .await,
+        vec![ids[1], ids[0]]
+    );
+    assert_eq!(
+        list(TaskFilter {
+            status: Some(TaskStatus::Pending),
+            adapter: Some("dqn".into()),
+            ..TaskFilter::default()
+        })
+        .await,
+        vec![ids[5], ids[3]]
+    );
+    // Paging: three at a time, each page starting before the last id seen.
+    let mut pages = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = list(TaskFilter {
+            limit: 3,
+            before_id: cursor,
+            ..TaskFilter::default()
+        })
+        .await;
+        if page.is_empty() {
+            break;
+        }
+        cursor = page.last().copied();
+        pages.push(page);
+    }
+    assert_eq!(pages.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 1]);
+    assert_eq!(pages.concat(), newest_first);
+}
+
+async fn status_counts_list_every_status(store: Store) {
+    let empty = store.status_counts().await.unwrap();
+    assert_eq!(empty.len(), TaskStatus::ALL.len());
+    assert!(empty.values().all(|n| *n == 0));
+
+    let ids = submit(
+        &store,
+        vec![new_task("ppo", 0), new_task("ppo", 0), new_task("ppo", 0)],
+    )
+    .await;
+    apply(
+        &store,
+        NOW + 1,
+        vec![
+            dispatch(ids[0], 0, "gpu-1"),
+            start(ids[0], 1, 0),
+            Write::CancelPending { task: ids[1] },
+        ],
+    )
+    .await;
+    let counts = store.status_counts().await.unwrap();
+    let expected: BTreeMap<TaskStatus, u64> = [
+        (TaskStatus::Pending, 1),
+        (TaskStatus::Dispatched, 0),
+        (TaskStatus::Running, 1),
+        (TaskStatus::Completed, 0),
+        (TaskStatus::Failed, 0),
+        (TaskStatus::Cancelled, 1),
+    ]
+    .into();
+    assert_eq!(counts, expected);
+}
+
+async fn hosts_upsert_keeps_first_seen(store: Store) {
+    let first = HostRecord {
+        id: "gpu-2".into(),
+        slots: 4,
+        adapters: vec![AdapterInfo {
+            name: "ppo".into(),
+            version: "1.0.0".into(),
+            kinds: vec!["train".into(), "eval".into()],
+        }],
+        agent: "trainyard-host/0.1.0".into(),
+        first_seen_ms: NOW,
+        last_seen_ms: NOW,
+    };
+    store.upsert_host(&first).await.unwrap();
+    let other = HostRecord {
+        id: "gpu-1".into(),
+        adapters: vec![],
+        ..first.clone()
+    };
+    store.upsert_host(&other).await.unwrap();
+    let again = HostRecord {
+        slots: 8,
+        adapters: vec![],
+        agent: "trainyard-host/0.2.0".into(),
+        first_seen_ms: NOW + 500,
+        last_seen_ms: NOW + 500,
+        ..first.clone()
+    };
+    store.upsert_host(&again).await.unwrap();
+
+    let hosts = store.hosts().await.unwrap();
+    assert_eq!(
+        hosts.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+        ["gpu-1", "gpu-2"]
+    );
+    assert_eq!(
+        hosts[1],
+        HostRecord {
+            first_seen_ms: NOW,
+            ..again
+        },
+        "a returning host keeps its first sighting and takes the rest"
+    );
+    assert_eq!(hosts[0], other);
+}
+
+async fn unreadable_rows_are_errors_naming_task_and_column(store: Store) {
+    let ids = submit(&store, vec![new_task("ppo", 0)]).await;
+    sqlx::query("UPDATE tasks SET progress = 'not json' WHERE id = $1")
+        .bind(ids[0] as i64)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    let err = store
+        .task(ids[0])
+        .await
+        .expect_err("invalid JSON is an error");
+    match &err {
+        StoreError::Corrupt { row, column, .. } => {
+            assert_eq!(
+                (row.as_str(), *column),
+                (format!("task {}", ids[0]).as_str(), "progress")
+            );
+        }
+        other => panic!("expected a corrupt-row error, got {other}"),
+    }
+    assert!(
+        err.to_string().contains(&format!("task {}", ids[0])),
+        "{err}"
+    );
+    assert!(store.tasks(&TaskFilter::default()).await.is_err());
+}
+
+async fn ten_thousand_tasks_through_a_full_cycle(store: Store) {
+    const N: usize = 10_000;
+    let tasks: Vec<NewTask> = (0..N).map(|i| new_task("ppo", (i % 3) as i32)).collect();
+    let mut phases = Vec::new();
+    let started = Instant::now();
+
+    let t = Instant::now();
+    let ids = submit(&store, tasks).await;
+    phases.push(("submit", t.elapsed()));
+
+    let t = Instant::now();
+    let queue = store.pending().await.unwrap();
+    let dispatches: Vec<Write> = queue
+        .iter()
+        .map(|q| dispatch(q.id, q.attempt, "gpu-1"))
+        .collect();
+    let payloads = store.dispatch_payloads(&ids).await.unwrap();
+    assert!(apply(&store, NOW + 1, dispatches).await.iter().all(|a| *a));
+    phases.push(("dispatch", t.elapsed()));
+    assert_eq!(payloads.len(), N);
+
+    let t = Instant::now();
+    let starts = ids
+        .iter()
+        .map(|id| start(*id, 1, (*id % 64) as u32))
+        .collect();
+    assert!(apply(&store, NOW + 2, starts).await.iter().all(|a| *a));
+    phases.push(("start", t.elapsed()));
+
+    let t = Instant::now();
+    let finishes = ids
+        .iter()
+        .map(|id| {
+            finish(
+                *id,
+                1,
+                AttemptOutcome::Completed,
+                None,
+                Next::Completed {
+                    result: ResultView::default(),
+                    checkpoint: None,
+                },
+            )
+        })
+        .collect();
+    assert!(apply(&store, NOW + 3, finishes).await.iter().all(|a| *a));
+    phases.push(("finish", t.elapsed()));
+
+    let total = started.elapsed();
+    let counts = store.status_counts().await.unwrap();
+    assert_eq!(counts[&TaskStatus::Completed], N as u64);
+    let shown: Vec<String> = phases.iter().map(|(p, d)| format!("{p} {d:.2?}")).collect();
+    println!(
+        "{:?}: {N} tasks submit→dispatch→start→finish in {total:.2?} ({:.0} tasks/s): {}",
+        store.backend(),
+        N as f64 / total.as_secs_f64(),
+        shown.join(", ")
+    );
+}
+
+#[tokio::test]
+async fn unsupported_url_schemes_are_refused_with_the_accepted_ones() {
+    for url in ["mysql://u@db/trainyard", "http://db", "tasks.db"] {
+        let err = Store::connect(url).await.expect_err(url);
+        assert!(
+            matches!(err, StoreError::UnsupportedUrl { .. }),
+            "{url}: {err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("sqlite:") && message.contains("postgres://"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_server_but_not_the_password() {
+    let port = trainyard_testkit::free_port();
+    let url = format!("postgres://trainyard:s3cret@127.0.0.1:{port}/tasks");
+    let err = Store::connect(&url)
+        .await
+        .expect_err("nothing listens there");
+    let message = err.to_string();
+    assert!(matches!(err, StoreError::Connect { .. }), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(!message.contains("s3cret"), "{message}");
+}
+
+#[tokio::test]
+async fn a_sqlite_file_and_its_directories_are_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state/master/tasks.db");
+    let store = connect(&format!("sqlite:{}", path.display())).await;
+    assert_eq!(store.backend(), Backend::Sqlite);
+    submit(&store, vec![new_task("ppo", 0)]).await;
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    assert_eq!(journal, "wal");
+    let foreign_keys: i64 = sqlx::query_scalar("PRAGMA foreign_keys")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    assert_eq!(foreign_keys, 1);
+    store.close().await;
+    assert!(path.exists());
+}

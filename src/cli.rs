@@ -1,0 +1,148 @@
+//! The command line: one `trainyard` binary with a subcommand per role and
+//! operator action.
+
+use crate::commands;
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "trainyard",
+    version,
+    about = "Run reinforcement-learning training jobs on a fleet of worker hosts",
+    long_about = "Run reinforcement-learning training jobs on a fleet of worker hosts.\n\n\
+        `trainyard master` keeps the tasks and dispatches them; `trainyard host` runs them through \
+        sandboxed WebAssembly adapters; the other commands talk to the master's HTTP API.\n\
+        Settings come from config.toml, TRAINYARD_* environment variables and flags, in that order."
+)]
+pub struct Cli {
+    /// Configuration file [default: ./config.toml, if it exists]
+    #[arg(long, global = true, env = "TRAINYARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the master: task store, scheduler, recovery sweep, host listener and HTTP API
+    Master(MasterArgs),
+    /// Run a worker host: connect to the master and run tasks through adapters
+    Host(HostArgs),
+    /// Submit a task (or a batch of copies)
+    Submit(commands::submit::SubmitArgs),
+    /// List tasks
+    Tasks(commands::tasks::TasksArgs),
+    /// Show one task: status, progress, result, attempts
+    Task(commands::task::TaskArgs),
+    /// List hosts and what they run
+    Hosts(commands::hosts::HostsArgs),
+    /// Cancel a task
+    Cancel(commands::cancel::CancelArgs),
+    /// Follow task progress live
+    Watch(commands::watch::WatchArgs),
+    /// Run the demo: a master, two hosts and several training tasks on the embedded defaults
+    Demo(DemoArgs),
+    /// Print a fresh random value for cluster.secret or api.token
+    Secret,
+}
+
+#[derive(Debug, Args)]
+pub struct MasterArgs {
+    /// Address hosts connect to [config: master.hosts_listen]
+    #[arg(long)]
+    pub hosts_listen: Option<SocketAddr>,
+    /// Address of the HTTP API [config: master.api_listen]
+    #[arg(long)]
+    pub api_listen: Option<SocketAddr>,
+    /// Task database URL, sqlite:// or postgres:// [config: database_url]
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// Redis URL [config: redis_url]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// This host's id [config: host.id; default: the hostname]
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The master's host address, host:port [config: host.master]
+    #[arg(long)]
+    pub master: Option<String>,
+    /// Tasks run at once [config: host.slots]
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Directory for task workspaces [config: host.work_dir]
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Redis URL [config: redis_url]
+    #[arg(long)]
+    pub redis_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many training tasks to submit
+    #[arg(long, default_value_t = 6)]
+    pub tasks: usize,
+    /// Training episodes per task
+    #[arg(long, default_value_t = 300)]
+    pub episodes: u32,
+    /// Keep the demo's directory (database, logs, workspaces) afterwards
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl MasterArgs {
+    /// The flags given, as configuration overrides.
+    pub fn overrides(&self) -> serde_json::Value {
+        let mut root = serde_json::Map::new();
+        let mut master = serde_json::Map::new();
+        if let Some(a) = self.hosts_listen {
+            master.insert("hosts_listen".into(), a.to_string().into());
+        }
+        if let Some(a) = self.api_listen {
+            master.insert("api_listen".into(), a.to_string().into());
+        }
+        if !master.is_empty() {
+            root.insert("master".into(), master.into());
+        }
+        if let Some(u) = &self.database_url {
+            root.insert("database_url".into(), u.clone().into());
+        }
+        if let Some(u) = &self.redis_url {
+            root.insert("redis_url".into(), u.clone().into());
+        }
+        root.into()
+    }
+}
+
+impl HostArgs {
+    /// The flags given, as configuration overrides.
+    pub fn overrides(&self) -> serde_json::Value {
+        let mut root = serde_json::Map::new();
+        let mut host = serde_json::Map::new();
+        if let Some(id) = &self.id {
+            host.insert("id".into(), id.clone().into());
+        }
+        if let Some(m) = &self.master {
+            host.insert("master".into(), m.clone().into());
+        }
+        if let Some(s) = self.slots {
+            host.insert("slots".into(), s.into());
+        }
+        if let Some(w) = &self.work_dir {
+            host.insert("work_dir".into(), w.display().to_string().into());
+        }
+        if !host.is_empty() {
+            root.insert("host".into(), host.into());
+        }
+        if let Some(u) = &self.redis_url {
+            root.insert("redis_url".into(), u.clone().into());
+        }
+        root.into()
+    }
+}

@@ -1,0 +1,303 @@
+//! A typed client of the master's HTTP API (`master/src/api`), used by the
+//! operator commands, the demo and the end-to-end tests. Every call returns
+//! the master's own types (`trainyard_master::model`) or a [`ClientError`]
+//! that says, for a person, what went wrong. Mutating calls carry the API
+//! token as `Authorization: Bearer`.
+
+#[cfg(test)]
+pub(crate) mod canned;
+mod error;
+mod events;
+
+pub use error::{error_message, ClientError};
+pub use events::{StreamEvent, TaskEvent};
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use reqwest::{Method, RequestBuilder, Response, Url};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use trainyard_master::model::{Task, TaskDetail, TaskStatus};
+use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::TaskId;
+
+/// How long opening a connection to the master may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest silence on an open connection. The master's event stream sends a
+/// keep-alive every 15 s, so a stream silent for longer is dead.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Whole-request limit of every call but the event stream (a batch of
+/// 10,000 tasks included).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A host as `GET /v1/hosts` shows it. Mirrors the master's `api::hosts::HostView`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostView {
+    pub id: String,
+    pub connected: bool,
+    /// The address it connected from, while connected.
+    pub addr: Option<String>,
+    pub slots: u32,
+    pub free_slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    pub agent: String,
+    pub last_seen_ms: i64,
+    pub running: Vec<RunningView>,
+}
+
+/// An attempt a connected host runs right now.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunningView {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub status: TaskStatus,
+    pub slot: Option<u32>,
+}
+
+/// A client of one master. Cheap to clone (the connection pool is shared).
+#[derive(Clone)]
+pub struct ApiClient {
+    http: reqwest::Client,
+    /// The API root, ending in `/` so that joining keeps a path prefix (a
+    /// master behind a proxy at `http://gateway/trainyard/`).
+    base: Url,
+    /// The URL as the operator wrote it, for messages.
+    shown: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("base", &self.shown)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+#[derive(Deserialize)]
+struct Submitted {
+    id: TaskId,
+}
+
+#[derive(Deserialize)]
+struct SubmittedBatch {
+    ids: Vec<TaskId>,
+}
+
+#[derive(Deserialize)]
+struct TaskList {
+    tasks: Vec<Task>,
+}
+
+#[derive(Deserialize)]
+struct HostList {
+    hosts: Vec<HostView>,
+}
+
+impl ApiClient {
+    /// A client of the master at `base_url` (`http://host:port`). An empty
+    /// token counts as none.
+    pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let shown = base_url.trim().trim_end_matches('/').to_string();
+        let invalid = |reason: String| ClientError::InvalidUrl {
+            url: base_url.to_string(),
+            reason,
+        };
+        let mut base = Url::parse(base_url.trim()).map_err(|e| invalid(e.to_string()))?;
+        if base.scheme() != "http" {
+            return Err(invalid(format!(
+                "use http://HOST:PORT (the {}:// scheme is not supported; this build has no TLS)",
+                base.scheme()
+            )));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        base.set_query(None);
+        base.set_fragment(None);
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(concat!("trainyard/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ClientError::Setup(e.to_string()))?;
+        Ok(Self {
+            http,
+            base,
+            shown,
+            token: token.filter(|t| !t.trim().is_empty()),
+        })
+    }
+
+    /// The master's URL, as given.
+    pub fn base_url(&self) -> &str {
+        &self.shown
+    }
+
+    /// `GET /v1/health`: database, Redis and scheduler state, task counts.
+    pub async fn health(&self) -> Result<serde_json::Value, ClientError> {
+        self.call(self.request(Method::GET, "v1/health")?, "GET /v1/health")
+            .await
+    }
+
+    /// Submits one task (`{"adapter": ..., "params": {...}, ...}`); returns its id.
+    pub async fn submit(&self, task: &serde_json::Value) -> Result<u64, ClientError> {
+        let request = self.request(Method::POST, "v1/tasks")?.json(task);
+        let answer: Submitted = self.call(request, "POST /v1/tasks").await?;
+        Ok(answer.id)
+    }
+
+    /// Submits several tasks at once (all or none are accepted); returns
+    /// their ids in order.
+    pub async fn submit_batch(&self, tasks: &[serde_json::Value]) -> Result<Vec<u64>, ClientError> {
+        let request = self
+            .request(Method::POST, "v1/tasks/batch")?
+            .json(&serde_json::json!({ "tasks": tasks }));
+        let answer: SubmittedBatch = self.call(request, "POST /v1/tasks/batch").await?;
+        Ok(answer.ids)
+    }
+
+    /// Lists tasks, newest first: only those with `status` / `adapter` if
+    /// given, at most `limit`, with ids below `before` (to page back).
+    pub async fn tasks(
+        &self,
+        status: Option<&str>,
+        adapter: Option<&str>,
+        limit: Option<u32>,
+        before: Option<u64>,
+    ) -> Result<Vec<Task>, ClientError> {
+        let mut query: Vec<(&str, String)> = vec![];
+        if let Some(s) = status {
+            query.push(("status", s.to_string()));
+        }
+        if let Some(a) = adapter {
+            query.push(("adapter", a.to_string()));
+        }
+        if let Some(l) = limit {
+            query.push(("limit", l.to_string()));
+        }
+        if let Some(b) = before {
+            query.push(("before", b.to_string()));
+        }
+        let request = self.request(Method::GET, "v1/tasks")?.query(&query);
+        let answer: TaskList = self.call(request, "GET /v1/tasks").await?;
+        Ok(answer.tasks)
+    }
+
+    /// One task with its attempts.
+    pub async fn task(&self, id: u64) -> Result<TaskDetail, ClientError> {
+        let path = format!("v1/tasks/{id}");
+        self.call(self.request(Method::GET, &path)?, &format!("GET /{path}"))
+            .await
+    }
+
+    /// Every host the master has seen, connected or not.
+    pub async fn hosts(&self) -> Result<Vec<HostView>, ClientError> {
+        let answer: HostList = self
+            .call(self.request(Method::GET, "v1/hosts")?, "GET /v1/hosts")
+            .await?;
+        Ok(answer.hosts)
+    }
+
+    /// Cancels a task: `{"id", "status": "CANCELLED"}` when it was still
+    /// queued, `{"id", "status", "cancel_requested": true}` when its host
+    /// has been told to stop it.
+    pub async fn cancel(&self, id: u64) -> Result<serde_json::Value, ClientError> {
+        let path = format!("v1/tasks/{id}/cancel");
+        self.call(self.request(Method::POST, &path)?, &format!("POST /{path}"))
+            .await
+    }
+
+    /// The live event stream (only `task`'s events if given); ends when
+    /// the master closes it. Events published before the call are not
+    /// replayed: open the stream before acting on the tasks it should show.
+    /// A transport or framing error is the stream's last item; a single
+    /// event this client cannot read is an error item the stream goes on after.
+    pub async fn events(
+        &self,
+        task: Option<u64>,
+    ) -> Result<impl Stream<Item = Result<StreamEvent, ClientError>> + Send + 'static, ClientError>
+    {
+        let mut request = self
+            .request(Method::GET, "v1/events")?
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(t) = task {
+            request = request.query(&[("task", t)]);
+        }
+        // No whole-request timeout: the stream lasts as long as the master
+        // keeps it open; the read timeout catches a master gone silent.
+        let response = self.send(request).await?;
+        let shown = self.shown.clone();
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            // After a transport or framing error the parser cannot resync
+            // (it would report the same error forever): end the stream.
+            .scan(false, move |broken, item| {
+                let next = match item {
+                    _ if *broken => None,
+                    Ok(event) => Some(events::decode(&event)),
+                    Err(e) => {
+                        *broken = true;
+                        Some(Some(Err(error::event_stream_error(&shown, e))))
+                    }
+                };
+                std::future::ready(next)
+            })
+            .filter_map(std::future::ready);
+        Ok(events)
+    }
+
+    fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, ClientError> {
+        let url = self.base.join(path).map_err(|e| ClientError::InvalidUrl {
+            url: format!("{}/{path}", self.shown),
+            reason: e.to_string(),
+        })?;
+        let request = self.http.request(method, url);
+        Ok(match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        })
+    }
+
+    /// Sends the request; a non-success answer becomes the error it explains.
+    async fn send(&self, request: RequestBuilder) -> Result<Response, ClientError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        Err(ClientError::from_response(
+            status,
+            &body,
+            self.token.is_some(),
+        ))
+    }
+
+    /// Sends the request and reads the JSON answer; `what` names the call in errors.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        request: RequestBuilder,
+        what: &str,
+    ) -> Result<T, ClientError> {
+        let response = self.send(request.timeout(REQUEST_TIMEOUT)).await?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
+            what: what.to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

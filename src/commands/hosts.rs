@@ -1,0 +1,24 @@
+//! `trainyard hosts`: every host the master has seen, what it carries and
+//! what it runs, as a table (or JSON).
+
+use super::table::render_hosts_table;
+use crate::client::ApiClient;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostsArgs {
+    /// Print the hosts as JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(client: &ApiClient, args: HostsArgs) -> anyhow::Result<()> {
+    let hosts = client.hosts().await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&hosts)?);
+    } else if hosts.is_empty() {
+        println!("no host has connected to this master yet");
+    } else {
+        println!("{}", render_hosts_table(&hosts));
+    }
+    Ok(())
+}

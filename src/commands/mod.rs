@@ -1,0 +1,17 @@
+//! The operator commands that talk to the master's HTTP API: one module per
+//! command, each with its clap `Args` and an async `run(&ApiClient, args)`.
+//! Output is plain text that reads the same in a terminal and in a log;
+//! `--json` where offered prints the master's data as JSON instead.
+//!
+//! `table` and `format` shape the output, `follow` follows tasks on the
+//! live event stream (for `watch` and `submit --wait`).
+
+pub mod cancel;
+pub mod follow;
+pub mod format;
+pub mod hosts;
+pub mod submit;
+pub mod table;
+pub mod task;
+pub mod tasks;
+pub mod watch;

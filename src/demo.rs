@@ -1,0 +1,233 @@
+//! `trainyard demo`: the whole path on the embedded defaults. It starts a
+//! private Redis (unless `TRAINYARD_REDIS_URL` names one), a master on a
+//! fresh SQLite database and two hosts, submits several Q-learning tasks,
+//! shows their progress live, prints a final table, and stops everything it
+//! started. It exits 0 only if every task completed.
+
+use crate::cli::DemoArgs;
+use crate::client::{ApiClient, StreamEvent};
+use crate::cluster::{Binaries, Cluster, Process};
+use crate::commands::table::{render_final_table, FinalRow};
+use anyhow::bail;
+use futures::StreamExt;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use trainyard_master::model::TaskStatus;
+
+const HOSTS: [&str; 2] = ["host-1", "host-2"];
+/// The whole demo must end within this.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let bins = Binaries::current()?;
+    let adapters = Path::new("adapters/dist");
+    let trainer = adapters.join("python-trainer.wasm");
+    if !trainer.exists() {
+        bail!(
+            "{} is missing: run `make demo`, which builds the adapters first",
+            trainer.display()
+        );
+    }
+    if which("python3").is_none() {
+        bail!("python3 is not on PATH: install the Debian package `python3`");
+    }
+
+    let stamp = chrono_stamp();
+    let dir = PathBuf::from("data").join(format!("demo-{stamp}"));
+    let (redis_url, _redis) = match std::env::var("TRAINYARD_REDIS_URL") {
+        Ok(url) if !url.is_empty() => {
+            println!("Using Redis at {url} (TRAINYARD_REDIS_URL)");
+            (url, None)
+        }
+        _ => {
+            if which("redis-server").is_none() {
+                bail!("redis-server is not installed: install the Debian package `redis-server`, or set TRAINYARD_REDIS_URL");
+            }
+            let server = trainyard_testkit::RedisServer::start();
+            println!("Started a private redis-server on port {}", server.port());
+            (server.url(), Some(server))
+        }
+    };
+    std::fs::create_dir_all(&dir)?;
+    let db = dir.canonicalize()?.join("trainyard.db");
+    let mut cluster = Cluster::new(&dir, bins, &redis_url, &trainyard_testkit::sqlite_url(&db))?;
+    cluster.settings.redis_key_prefix = format!("demo-{stamp}:");
+    cluster.settings.host.adapters = vec![crate::settings::AdapterEntry {
+        path: trainer.canonicalize()?,
+        programs: vec!["python3".into()],
+    }];
+    cluster.write_config()?;
+    cluster.env.push((
+        "RUST_LOG".into(),
+        std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+    ));
+
+    println!("Demo directory: {} (database, config, logs)", dir.display());
+    let mut processes: Vec<Process> = vec![];
+    let outcome = drive(&cluster, &mut processes, &args).await;
+    for p in processes.iter_mut().rev() {
+        p.stop(Duration::from_secs(10));
+    }
+    if !args.keep && outcome.as_ref().is_ok_and(|ok| *ok) {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("Logs kept in {}", dir.display());
+    }
+    match outcome {
+        Ok(true) => {
+            println!("Every task COMPLETED.");
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(false) => {
+            println!("Not every task completed; see the logs above.");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn drive(
+    cluster: &Cluster,
+    processes: &mut Vec<Process>,
+    args: &DemoArgs,
+) -> anyhow::Result<bool> {
+    processes.push(cluster.spawn_master()?);
+    let client = cluster.wait_for_master(Duration::from_secs(60)).await?;
+    println!("Master up at {}", cluster.settings.api.url);
+    for id in HOSTS {
+        processes.push(cluster.spawn_host(id)?);
+    }
+    cluster
+        .wait_for_hosts(&client, HOSTS.len(), Duration::from_secs(60))
+        .await?;
+    println!("Hosts connected: {}", HOSTS.join(", "));
+
+    // Start following events before submitting, so no change is missed.
+    let mut events = Box::pin(client.events(None).await?);
+    let tasks: Vec<serde_json::Value> = (0..args.tasks)
+        .map(|i| {
+            serde_json::json!({
+                "adapter": "python-trainer",
+                "name": format!("q-learning seed {i}"),
+                "params": {
+                    "episodes": args.episodes,
+                    "seed": i,
+                    "learning_rate": ([0.3, 0.5, 0.7])[i % 3],
+                    "step_delay_ms": 5,
+                },
+            })
+        })
+        .collect();
+    let ids = client.submit_batch(&tasks).await?;
+    println!("Submitted {} tasks: {:?}\n", ids.len(), ids);
+
+    let started = Instant::now();
+    let mut status: HashMap<u64, TaskStatus> =
+        ids.iter().map(|id| (*id, TaskStatus::Pending)).collect();
+    let mut last_print: HashMap<u64, Instant> = HashMap::new();
+    while status.values().any(|s| !s.is_terminal()) {
+        if started.elapsed() > DEMO_TIMEOUT {
+            bail!("the demo's tasks did not finish within {DEMO_TIMEOUT:?}");
+        }
+        let next = tokio::time::timeout(Duration::from_secs(2), events.next()).await;
+        match next {
+            Ok(Some(Ok(StreamEvent::Task(e)))) if status.contains_key(&e.task) => {
+                let at = started.elapsed().as_secs_f64();
+                if e.kind == "progress" {
+                    let due = last_print
+                        .get(&e.task)
+                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+                    if let (true, Some(p)) = (due, e.progress.as_ref()) {
+                        last_print.insert(e.task, Instant::now());
+                        println!(
+                            "[{at:6.1}s] task {:>3}  {:<7} attempt {}  episode {:>4}/{:<4}  return {:>7.3}",
+                            e.task,
+                            e.host.as_deref().unwrap_or("-"),
+                            e.attempt,
+                            p.episode.unwrap_or(0),
+                            p.total_episodes.unwrap_or(0),
+                            p.episode_return.unwrap_or(f64::NAN),
+                        );
+                    }
+                } else {
+                    status.insert(e.task, e.status);
+                    println!(
+                        "[{at:6.1}s] task {:>3}  {:<7} attempt {}  {}{}",
+                        e.task,
+                        e.host.as_deref().unwrap_or("-"),
+                        e.attempt,
+                        e.status,
+                        e.error
+                            .as_deref()
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(e))) => {
+                println!("event stream error: {e}; polling instead");
+                refresh(&client, &mut status).await;
+            }
+            Ok(None) => {
+                events = Box::pin(client.events(None).await?);
+                refresh(&client, &mut status).await;
+            }
+            // Quiet for a while: make sure no change was missed.
+            Err(_) => refresh(&client, &mut status).await,
+        }
+    }
+
+    let mut rows = vec![];
+    for id in &ids {
+        let detail = client.task(*id).await?;
+        let t = &detail.task;
+        let metrics: BTreeMap<String, f64> = t
+            .result
+            .as_ref()
+            .map(|r| r.metrics.clone())
+            .unwrap_or_default();
+        rows.push(FinalRow {
+            task: t.id,
+            host: t.host.clone().unwrap_or_else(|| "-".into()),
+            attempt: t.attempt,
+            status: t.status,
+            metric: metrics
+                .get("mean_return")
+                .map(|v| ("mean_return".to_string(), *v))
+                .or_else(|| metrics.iter().next().map(|(k, v)| (k.clone(), *v))),
+            duration: match (t.started_at_ms, t.finished_at_ms) {
+                (Some(s), Some(f)) => Some(Duration::from_millis((f - s).max(0) as u64)),
+                _ => None,
+            },
+            error: t.error.clone(),
+        });
+    }
+    println!("\n{}", render_final_table(&rows));
+    Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
+}
+
+async fn refresh(client: &ApiClient, status: &mut HashMap<u64, TaskStatus>) {
+    for (id, s) in status.iter_mut() {
+        if let Ok(detail) = client.task(*id).await {
+            *s = detail.task.status;
+        }
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+fn chrono_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{secs}")
+}

@@ -1,0 +1,76 @@
+//! trainyard runs reinforcement-learning training jobs on a fleet of worker
+//! hosts. This crate is the `trainyard` binary's library: the command line,
+//! configuration, the operator commands that talk to the master's API, and
+//! the demo. The master and the host live in their own crates
+//! (`trainyard-master`, `trainyard-host`); what they share in
+//! `trainyard-proto`.
+//!
+//! # Layout
+//! - [`cli`]: subcommands and flags.
+//! - [`settings`]: defaults < `config.toml` < environment < flags.
+//! - [`secrets`]: the cluster secret and the API token.
+//! - [`roles`]: running a master or a host from the settings.
+//! - [`client`], [`commands`]: the HTTP API client and operator commands.
+//! - [`cluster`]: starting real master, host and Redis processes (the demo,
+//!   benchmarks and tests use it).
+//! - [`demo`]: `trainyard demo`.
+//! - [`logging`]: tracing set-up.
+
+pub mod cli;
+pub mod client;
+pub mod cluster;
+pub mod commands;
+pub mod demo;
+pub mod logging;
+pub mod roles;
+pub mod secrets;
+pub mod settings;
+
+use cli::{Cli, Command};
+use std::process::ExitCode;
+
+/// Runs one command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let flags = match &cli.command {
+        Command::Master(a) => a.overrides(),
+        Command::Host(a) => a.overrides(),
+        _ => serde_json::json!({}),
+    };
+    let (settings, source) = settings::Settings::load(cli.config.as_deref(), flags)?;
+    match &source.file {
+        Some(f) => tracing::debug!(file = %f.display(), "configuration read"),
+        None => tracing::debug!("no config file; using defaults and the environment"),
+    }
+    let client = || {
+        client::ApiClient::new(
+            &settings.api.url,
+            secrets::api_token(&settings.api, false).ok(),
+        )
+    };
+    match cli.command {
+        Command::Master(_) => {
+            log_source(&source, "master");
+            roles::run_master(&settings).await?;
+        }
+        Command::Host(_) => {
+            log_source(&source, "host");
+            roles::run_host(&settings).await?;
+        }
+        Command::Submit(args) => commands::submit::run(&client()?, args).await?,
+        Command::Tasks(args) => commands::tasks::run(&client()?, args).await?,
+        Command::Task(args) => commands::task::run(&client()?, args).await?,
+        Command::Hosts(args) => commands::hosts::run(&client()?, args).await?,
+        Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
+        Command::Watch(args) => commands::watch::run(&client()?, args).await?,
+        Command::Demo(args) => return demo::run(args).await,
+        Command::Secret => println!("{}", trainyard_proto::auth::ClusterSecret::generate_hex()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log_source(source: &settings::Source, role: &str) {
+    match &source.file {
+        Some(f) => tracing::info!(file = %f.display(), "{role} configuration read"),
+        None => tracing::info!("{role}: no config file; using defaults, the environment and flags"),
+    }
+}

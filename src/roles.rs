@@ -1,0 +1,143 @@
+//! `trainyard master` and `trainyard host`: turn the merged settings into
+//! each role's configuration, start it, and stop it cleanly on SIGINT or
+//! SIGTERM.
+
+use crate::secrets;
+use crate::settings::{OnAdapterError, Settings};
+use anyhow::Context;
+use std::time::Duration;
+use trainyard_host::config::{AdapterConfig, HostConfig};
+use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
+use trainyard_master::config::MasterConfig;
+use trainyard_proto::HostId;
+
+/// The master's configuration from the settings, creating the secret and
+/// token files on first start.
+pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
+    Ok(MasterConfig {
+        hosts_listen: s.master.hosts_listen,
+        api_listen: s.master.api_listen,
+        database_url: s.database_url.clone(),
+        redis_url: s.redis_url.clone(),
+        key_prefix: s.redis_key_prefix.clone(),
+        timers: s.timers.clone(),
+        cluster_secret: secrets::cluster_secret(&s.cluster, true)?,
+        api_token: secrets::api_token(&s.api, true)?,
+        max_frame_bytes: s.master.max_frame_bytes,
+        max_connections: s.master.max_connections,
+        default_max_attempts: s.master.default_max_attempts,
+        known_adapters: s.master.known_adapters.clone(),
+        max_batch: s.master.max_batch,
+    })
+}
+
+/// The host's id: configured, else the machine's hostname made safe.
+pub fn host_id(s: &Settings) -> anyhow::Result<HostId> {
+    let id = match &s.host.id {
+        Some(id) => id.clone(),
+        None => {
+            let name =
+                nix::unistd::gethostname().context("cannot read the hostname; set host.id")?;
+            name.to_string_lossy()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .take(64)
+                .collect()
+        }
+    };
+    HostId::new(id).map_err(Into::into)
+}
+
+pub fn runtime_config(s: &Settings) -> RuntimeConfig {
+    RuntimeConfig {
+        memory_limit: s.host.adapter_memory_bytes,
+        call_timeout: s.host.adapter_call_timeout,
+        cache_dir: s.host.cache_dir.clone(),
+        max_instances: s.host.adapter_instances,
+        log_records: s.host.adapter_log_records,
+        log_bytes: s.host.adapter_log_bytes,
+    }
+}
+
+pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
+    let mut config = HostConfig::new(
+        host_id(s)?,
+        s.host.master.clone(),
+        s.redis_url.clone(),
+        secrets::cluster_secret(&s.cluster, false)?,
+        s.host.work_dir.clone(),
+    );
+    config.slots = s.host.slots;
+    config.key_prefix = s.redis_key_prefix.clone();
+    config.timers = s.timers.clone();
+    config.adapters = s
+        .host
+        .adapters
+        .iter()
+        .map(|a| AdapterConfig {
+            path: a.path.clone(),
+            programs: a.programs.clone(),
+        })
+        .collect();
+    config.on_adapter_error = match s.host.on_adapter_error {
+        OnAdapterError::Refuse => trainyard_host::config::OnAdapterError::Refuse,
+        OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,
+    };
+    config.runtime = runtime_config(s);
+    if let Some(sup) = &s.host.supervisor {
+        config.supervisor = sup.clone();
+    }
+    config.pass_env = s.host.pass_env.clone();
+    config.trainer_env = s
+        .host
+        .trainer_env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    config.max_checkpoint_bytes = s.host.max_checkpoint_bytes;
+    config.max_line_bytes = s.host.max_line_bytes;
+    config.stderr_tail_bytes = s.host.stderr_tail_bytes;
+    config.progress_interval = s.host.progress_interval;
+    config.keep_workspaces = s.host.keep_workspaces;
+    config.max_frame_bytes = s.host.max_frame_bytes;
+    Ok(config)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
+    let config = master_config(s)?;
+    let master = trainyard_master::start(config).await?;
+    terminated().await;
+    tracing::info!("stopping the master");
+    master.stop().await;
+    Ok(())
+}
+
+pub async fn run_host(s: &Settings) -> anyhow::Result<()> {
+    let config = host_config(s)?;
+    let runtime = AdapterRuntime::new(config.runtime.clone())?;
+    let grace = config.timers.stop_grace + Duration::from_secs(2);
+    let host = trainyard_host::start(config, runtime, None).await?;
+    terminated().await;
+    tracing::info!("stopping the host: stopping running attempts and reporting them");
+    host.shutdown(grace).await;
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! Shared harness of the multi-process tests: a private Redis, a fresh
+//! database (SQLite or PostgreSQL), a real master and real hosts started from
+//! the built binaries, fast timers, and helpers that wait for what a user
+//! would look at (task status in the API, keys in Redis, processes gone).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use trainyard::client::ApiClient;
+use trainyard::cluster::{Binaries, Cluster, Process};
+use trainyard_master::model::{TaskDetail, TaskStatus};
+use trainyard_proto::Timers;
+use trainyard_testkit::{Database, RedisServer};
+
+/// Timers a hundred times faster than the defaults, so recovery happens in
+/// seconds. The relations between them are the defaults' relations.
+pub fn fast_timers() -> Timers {
+    Timers {
+        heartbeat_interval: Duration::from_millis(200),
+        heartbeat_ttl: Duration::from_millis(600),
+        lease_ttl: Duration::from_millis(2000),
+        lease_safety_margin: Duration::from_millis(300),
+        sweep_interval: Duration::from_millis(250),
+        dispatch_ack_timeout: Duration::from_millis(3000),
+        reconnect_initial: Duration::from_millis(100),
+        reconnect_max: Duration::from_millis(800),
+        reconnect_jitter: 0.25,
+        handshake_timeout: Duration::from_secs(3),
+        idle_timeout: Duration::from_millis(1500),
+        stop_grace: Duration::from_millis(500),
+        report_resend_interval: Duration::from_millis(500),
+        ..Timers::default()
+    }
+}
+
+/// The adapters built by `make -C adapters build`.
+pub fn adapter(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("adapters/dist")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `make -C adapters build` (make test does)",
+        path.display()
+    );
+    path
+}
+
+pub fn binaries() -> Binaries {
+    Binaries::at(env!("CARGO_BIN_EXE_trainyard"))
+        .expect("trainyard binaries (make test builds them)")
+}
+
+/// A running test cluster. Everything it started dies with it.
+pub struct TestCluster {
+    pub cluster: Cluster,
+    pub redis: RedisServer,
+    pub db: Database,
+    pub master: Option<Process>,
+    pub hosts: Vec<Process>,
+    pub client: Option<ApiClient>,
+    _dir: tempfile::TempDir,
+}
+
+/// How to build a test cluster.
+pub struct Setup {
+    pub backend: &'static str,
+    pub timers: Timers,
+    pub slots: u32,
+    pub adapters: Vec<(&'static str, Vec<&'static str>)>,
+}
+
+impl Setup {
+    pub fn new(backend: &'static str) -> Self {
+        Self {
+            backend,
+            timers: fast_timers(),
+            slots: 1,
+            adapters: vec![("python-trainer", vec!["python3"]), ("noop", vec!["true"])],
+        }
+    }
+}
+
+impl TestCluster {
+    /// Redis, a database and the config; nothing started yet.
+    pub async fn prepare(setup: Setup) -> TestCluster {
+        let redis = RedisServer::start();
+        let db = trainyard_testkit::fresh_database(setup.backend).await;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut cluster =
+            Cluster::new(dir.path(), binaries(), &redis.url(), &db.url).expect("cluster dir");
+        cluster.settings.timers = setup.timers;
+        cluster.settings.host.slots = setup.slots;
+        cluster.settings.host.adapters = setup
+            .adapters
+            .iter()
+            .map(|(name, programs)| trainyard::settings::AdapterEntry {
+                path: adapter(name),
+                programs: programs.iter().map(|p| p.to_string()).collect(),
+            })
+            .collect();
+        cluster.settings.host.progress_interval = Duration::from_millis(50);
+        cluster.env.push((
+            "RUST_LOG".into(),
+            "info,trainyard_host=debug,trainyard_master=debug".into(),
+        ));
+        cluster.write_config().expect("config");
+        TestCluster {
+            cluster,
+            redis,
+            db,
+            master: None,
+            hosts: vec![],
+            client: None,
+            _dir: dir,
+        }
+    }
+
+    /// Prepares and starts a master and `hosts` hosts, all connected.
+    pub async fn start(setup: Setup, hosts: usize) -> TestCluster {
+        let mut c = Self::prepare(setup).await;
+        c.start_master().await;
+        for i in 1..=hosts {
+            c.start_host(&format!("host-{i}"));
+        }
+        c.wait_for_hosts(hosts).await;
+        c
+    }
+
+    pub async fn start_master(&mut self) {
+        self.master = Some(self.cluster.spawn_master().expect("spawn master"));
+        let client = self
+            .cluster
+            .wait_for_master(Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\n--- master log ---\n{}", self.log("master")));
+        self.client = Some(client);
+    }
+
+    pub fn start_host(&mut self, id: &str) -> usize {
+        self.hosts
+            .push(self.cluster.spawn_host(id).expect("spawn host"));
+        self.hosts.len() - 1
+    }
+
+    pub fn host(&mut self, id: &str) -> &mut Process {
+        self.hosts
+            .iter_mut()
+            .find(|h| h.name == id)
+            .expect("no such host")
+    }
+
+    pub fn master(&mut self) -> &mut Process {
+        self.master.as_mut().expect("master not started")
+    }
+
+    pub fn client(&self) -> &ApiClient {
+        self.client.as_ref().expect("master not started")
+    }
+
+    pub async fn wait_for_hosts(&self, n: usize) {
+        self.cluster
+            .wait_for_hosts(self.client(), n, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.all_logs()));
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.cluster.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    pub fn all_logs(&self) -> String {
+        let mut out = String::new();
+        let mut names = vec!["master".to_string()];
+        names.extend(self.hosts.iter().map(|h| h.name.clone()));
+        for name in names {
+            let log = self.log(&name);
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            out.push_str(&format!("\n--- {name} (last lines) ---\n"));
+            for line in tail.into_iter().rev() {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    pub async fn submit(&self, task: serde_json::Value) -> u64 {
+        self.client()
+            .submit(&task)
+            .await
+            .unwrap_or_else(|e| panic!("submit failed: {e}"))
+    }
+
+    pub async fn task(&self, id: u64) -> TaskDetail {
+        self.client()
+            .task(id)
+            .await
+            .unwrap_or_else(|e| panic!("task {id}: {e}"))
+    }
+
+    /// Waits until the task reaches `status` (panics with the logs if it
+    /// ends otherwise or takes too long).
+    pub async fn wait_for_status(
+        &self,
+        id: u64,
+        status: TaskStatus,
+        timeout: Duration,
+    ) -> TaskDetail {
+        let until = Instant::now() + timeout;
+        loop {
+            let detail = self.client().task(id).await;
+            if let Ok(d) = &detail {
+                if d.task.status == status {
+                    return d.clone();
+                }
+                if d.task.status.is_terminal() {
+                    panic!(
+                        "task {id} ended {} instead of {status}: {:#?}\n{}",
+                        d.task.status,
+                        d.task,
+                        self.all_logs()
+                    );
+                }
+            }
+            if Instant::now() > until {
+                panic!(
+                    "task {id} not {status} within {timeout:?}: {detail:#?}\n{}",
+                    self.all_logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until `check` holds for the task.
+    pub async fn wait_for(
+        &self,
+        id: u64,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&TaskDetail) -> bool,
+    ) -> TaskDetail {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Ok(d) = self.client().task(id).await {
+                if check(&d) {
+                    return d;
+                }
+                if Instant::now() > until {
+                    panic!(
+                        "task {id}: {what} not seen within {timeout:?}: {:#?}\n{}",
+                        d,
+                        self.all_logs()
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis")
+    }
+}
+
+/// Reads a trainer trace file: `(attempt, event, time)` per line.
+pub fn read_trace(path: &Path) -> Vec<(u32, String, f64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            (
+                v["attempt"].as_u64().unwrap_or(0) as u32,
+                v["event"].as_str().unwrap_or("").to_string(),
+                v["t"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect()
+}
+
+/// Asserts that no two attempts' traced lifetimes overlap.
+pub fn assert_attempts_never_overlapped(trace: &[(u32, String, f64)]) {
+    let mut spans: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
+    for (attempt, _, t) in trace {
+        let span = spans.entry(*attempt).or_insert((*t, *t));
+        span.0 = span.0.min(*t);
+        span.1 = span.1.max(*t);
+    }
+    let spans: Vec<_> = spans.into_iter().collect();
+    for pair in spans.windows(2) {
+        let ((a, (_, a_end)), (b, (b_start, _))) = (pair[0], pair[1]);
+        assert!(
+            a_end < b_start,
+            "attempt {a} was still alive at {a_end:.3} after attempt {b} started at {b_start:.3}"
+        );
+    }
+}

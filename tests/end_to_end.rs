@@ -1,0 +1,209 @@
+//! The whole path, for real: a task submitted over HTTP, dispatched over TCP
+//! to a host, run by the python-trainer adapter (WebAssembly) launching the
+//! Python Q-learning trainer, its lease in Redis, its result in SQLite and in
+//! PostgreSQL.
+
+mod common;
+
+use common::{read_trace, Setup, TestCluster};
+use redis::AsyncCommands;
+use serde_json::json;
+use std::time::Duration;
+use trainyard_master::model::{AttemptOutcome, TaskStatus};
+
+async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
+    let c = TestCluster::start(Setup::new(backend), 1).await;
+    let trace = c.cluster.dir.join("trace.jsonl");
+    let id = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 200, "seed": 3, "checkpoint_every": 50, "step_delay_ms": 5, "trace_file": trace},
+        }))
+        .await;
+
+    // While it runs, both lease keys name the host and attempt 1.
+    let running = c
+        .wait_for(id, Duration::from_secs(60), "progress while running", |d| {
+            d.task.status == TaskStatus::Running && d.task.progress.is_some()
+        })
+        .await;
+    assert_eq!(running.task.host.as_deref(), Some("host-1"));
+    let mut redis = c.redis().await;
+    let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap();
+    let worker: Option<String> = redis.get("worker:host-1/0:task").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("host-1/0@1"));
+    assert_eq!(worker, Some(format!("{id}@1")));
+    assert!(read_trace(&trace)
+        .iter()
+        .any(|(a, e, _)| *a == 1 && e == "start"));
+
+    let done = c
+        .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(120))
+        .await;
+    let result = done
+        .task
+        .result
+        .as_ref()
+        .expect("a completed task has a result");
+    let mean = result
+        .metrics
+        .get("mean_return")
+        .copied()
+        .expect("mean_return metric");
+    assert!(mean.is_finite());
+    assert_eq!(result.metrics.get("episodes"), Some(&200.0));
+    assert_eq!(done.task.attempt, 1);
+    assert_eq!(done.attempts.len(), 1);
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::Completed));
+    assert!(
+        done.task.checkpoint.is_some(),
+        "the trainer's checkpoints reached the master"
+    );
+
+    // After the report both lease keys are gone, and so is the stored report.
+    let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap();
+    let worker: Option<String> = redis.get("worker:host-1/0:task").await.unwrap();
+    assert_eq!((owner, worker), (None, None));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
+    assert!(
+        pending.is_empty(),
+        "recorded reports are removed from Redis: {pending:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_training_task_completes_with_its_metrics_on_sqlite() {
+    a_training_task_completes_with_its_metrics("sqlite").await;
+}
+
+#[tokio::test]
+async fn a_training_task_completes_with_its_metrics_on_postgres() {
+    a_training_task_completes_with_its_metrics("postgres").await;
+}
+
+#[tokio::test]
+async fn invalid_params_fail_the_task_at_once_with_the_adapters_message() {
+    let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    let id = c
+        .submit(json!({"adapter": "python-trainer", "params": {"learning_rate": 7}}))
+        .await;
+    let done = c
+        .wait_for_status(id, TaskStatus::Failed, Duration::from_secs(60))
+        .await;
+    let error = done.task.error.unwrap_or_default();
+    assert!(
+        error.contains("learning_rate"),
+        "the adapter's message reaches the operator: {error}"
+    );
+    assert_eq!(done.attempts.len(), 1, "an invalid task is not retried");
+    assert_eq!(done.task.runs, 1);
+}
+
+#[tokio::test]
+async fn an_unknown_adapter_or_a_malformed_request_is_refused_and_nothing_is_stored() {
+    let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    let err = c
+        .client()
+        .submit(&json!({"adapter": "no-such-adapter", "params": {}}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("422") && err.contains("unknown adapter"),
+        "{err}"
+    );
+
+    let http = reqwest::Client::new();
+    let token = std::fs::read_to_string(&c.cluster.settings.api.token_file).unwrap();
+    let url = format!("{}/v1/tasks", c.cluster.settings.api.url);
+    for (body, status, says) in [
+        ("{not json", 400, "malformed JSON"),
+        (r#"{"params": {}}"#, 422, "missing field `adapter`"),
+        (
+            r#"{"adapter": "python-trainer", "params": [1]}"#,
+            422,
+            "must be a JSON object",
+        ),
+    ] {
+        let response = http
+            .post(&url)
+            .bearer_auth(token.trim())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{body}");
+        let error: serde_json::Value = response.json().await.unwrap();
+        assert!(
+            error["error"].as_str().unwrap_or("").contains(says),
+            "{body}: {error}"
+        );
+    }
+    // Without the token nothing mutates either.
+    let response = http
+        .post(&url)
+        .json(&json!({"adapter": "noop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+
+    assert!(
+        c.client()
+            .tasks(None, None, None, None)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was stored"
+    );
+}
+
+async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2(backend: &'static str) {
+    let mut c = TestCluster::start(Setup::new(backend), 1).await;
+    let trace = c.cluster.dir.join("trace.jsonl");
+    let id = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 400, "checkpoint_every": 20, "step_delay_ms": 10, "trace_file": trace},
+        }))
+        .await;
+    c.wait_for(id, Duration::from_secs(60), "a checkpoint", |d| {
+        d.task.checkpoint.is_some()
+    })
+    .await;
+    // The second host joins only now, so the first attempt surely ran on host-1.
+    c.start_host("host-2");
+    c.wait_for_hosts(2).await;
+    c.host("host-1").kill();
+
+    let done = c
+        .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(120))
+        .await;
+    assert_eq!(done.task.attempt, 2);
+    assert_eq!(done.task.host.as_deref(), Some("host-2"));
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
+    assert_eq!(done.attempts[1].outcome, Some(AttemptOutcome::Completed));
+    let resumed = done
+        .task
+        .result
+        .as_ref()
+        .and_then(|r| r.metrics.get("resumed_from").copied())
+        .unwrap_or(0.0);
+    assert!(
+        resumed > 0.0,
+        "attempt 2 resumed from attempt 1's checkpoint, not from scratch"
+    );
+    common::assert_attempts_never_overlapped(&read_trace(&trace));
+}
+
+#[tokio::test]
+async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2_on_sqlite() {
+    a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2("sqlite").await;
+}
+
+#[tokio::test]
+async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2_on_postgres() {
+    a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2("postgres").await;
+}
