@@ -1,0 +1,149 @@
+//! The lease layer against a real Redis: the original scheduler's
+//! `testPersistTaskStartWritesBothKeys`, and the fencing that makes a stale
+//! attempt harmless.
+
+use redis::AsyncCommands;
+use std::sync::Arc;
+use std::time::Duration;
+use trainyard_host::lease::{Acquired, LeaseLayer, Renewal};
+use trainyard_host::process::Deadline;
+use trainyard_proto::keys::Keys;
+use trainyard_proto::messages::{AttemptReport, Outcome};
+use trainyard_proto::redis_link::RedisLink;
+use trainyard_proto::{AttemptRef, HostId, Timers};
+use trainyard_testkit::RedisServer;
+
+fn layer(redis: &RedisServer, host: &str, prefix: &str) -> LeaseLayer {
+    let link = Arc::new(RedisLink::new(&redis.url(), Duration::from_secs(2)).unwrap());
+    LeaseLayer::new(link, Keys::new(prefix), HostId::new(host).unwrap(), &Timers::default())
+}
+
+async fn con(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+fn report(host: &str, attempt: AttemptRef) -> AttemptReport {
+    AttemptReport {
+        attempt,
+        host: HostId::new(host).unwrap(),
+        slot: 0,
+        outcome: Outcome::Completed {
+            metrics: vec![],
+            checkpoint: None,
+            summary: None,
+        },
+        duration_ms: 1,
+        finished_at_ms: 0,
+    }
+}
+
+#[tokio::test]
+async fn taking_a_lease_writes_both_keys_and_the_report_clears_both() {
+    let redis = RedisServer::start();
+    let lease = layer(&redis, "worker-1", "");
+    let worker = HostId::new("worker-1").unwrap().worker(0);
+    let attempt = AttemptRef::new(123, 1);
+    let before = Deadline::now();
+
+    let granted = lease.acquire(&worker, attempt).await.unwrap();
+    let Acquired::Granted { deadline } = granted else {
+        panic!("{granted:?}")
+    };
+    // The host's view of the lease ends before Redis's: TTL minus the margin.
+    let t = Timers::default();
+    assert!(deadline <= before.checked_add(t.lease_ttl));
+    assert!(deadline >= before.checked_add(t.lease_ttl - t.effective_margin() - Duration::from_secs(1)));
+
+    let mut c = con(&redis).await;
+    let owner: Option<String> = c.get("task:123:workerId").await.unwrap();
+    let task: Option<String> = c.get("worker:worker-1/0:task").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("worker-1/0@1"));
+    assert_eq!(task.as_deref(), Some("123@1"));
+    let ttl: i64 = c.pttl("task:123:workerId").await.unwrap();
+    assert!(ttl > 100_000 && ttl <= 120_000, "lease TTL {ttl} ms");
+
+    lease.release(&worker, &report("worker-1", attempt)).await.unwrap();
+    let owner: Option<String> = c.get("task:123:workerId").await.unwrap();
+    let task: Option<String> = c.get("worker:worker-1/0:task").await.unwrap();
+    assert_eq!((owner, task), (None, None));
+    // The report waits in Redis for the master.
+    let pending: Vec<String> = c.smembers("reports:pending").await.unwrap();
+    assert_eq!(pending, vec!["123@1".to_string()]);
+    let body: Vec<u8> = c.get("task:123:report:1").await.unwrap();
+    let stored: AttemptReport = trainyard_proto::frame::decode(&body).unwrap();
+    assert_eq!(stored, report("worker-1", attempt));
+}
+
+#[tokio::test]
+async fn a_stale_attempts_release_never_deletes_the_newer_lease() {
+    let redis = RedisServer::start();
+    let (old, new) = (layer(&redis, "old", ""), layer(&redis, "new", ""));
+    let (old_worker, new_worker) = (HostId::new("old").unwrap().worker(0), HostId::new("new").unwrap().worker(0));
+    assert!(matches!(old.acquire(&old_worker, AttemptRef::new(7, 1)).await.unwrap(), Acquired::Granted { .. }));
+    // Attempt 2 takes over attempt 1's lease (the master gave attempt 1 up).
+    assert!(matches!(new.acquire(&new_worker, AttemptRef::new(7, 2)).await.unwrap(), Acquired::Granted { .. }));
+    // Attempt 1 cannot take it back.
+    assert!(matches!(old.acquire(&old_worker, AttemptRef::new(7, 1)).await.unwrap(), Acquired::Held { .. }));
+    // Its late release leaves attempt 2's lease alone.
+    old.release(&old_worker, &report("old", AttemptRef::new(7, 1))).await.unwrap();
+    let owner: Option<String> = con(&redis).await.get("task:7:workerId").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("new/0@2"));
+    // And its renewal learns it was superseded.
+    let (_, verdicts) = old.renew(&[(old_worker, AttemptRef::new(7, 1))]).await.unwrap();
+    assert_eq!(verdicts, vec![Renewal::Superseded]);
+}
+
+#[tokio::test]
+async fn a_fenced_attempt_can_neither_take_nor_rebuild_a_lease() {
+    let redis = RedisServer::start();
+    let lease = layer(&redis, "h", "");
+    let worker = HostId::new("h").unwrap().worker(0);
+    let _: () = con(&redis).await.set("task:9:fence", 2).await.unwrap();
+    assert_eq!(lease.acquire(&worker, AttemptRef::new(9, 1)).await.unwrap(), Acquired::Fenced { fence: 2 });
+    let (_, verdicts) = lease.renew(&[(worker.clone(), AttemptRef::new(9, 1))]).await.unwrap();
+    assert_eq!(verdicts, vec![Renewal::Fenced]);
+    let owner: Option<String> = con(&redis).await.get("task:9:workerId").await.unwrap();
+    assert_eq!(owner, None);
+    assert!(matches!(lease.acquire(&worker, AttemptRef::new(9, 2)).await.unwrap(), Acquired::Granted { .. }));
+}
+
+#[tokio::test]
+async fn leases_lost_with_redis_data_are_rebuilt_by_the_next_renewal_but_not_after_the_report() {
+    let mut redis = RedisServer::start();
+    let lease = layer(&redis, "h", "ty:");
+    let worker = HostId::new("h").unwrap().worker(1);
+    let running = AttemptRef::new(5, 1);
+    lease.acquire(&worker, running).await.unwrap();
+    redis.restart_empty();
+    // The link reconnects by itself.
+    let mut renewed = None;
+    for _ in 0..50 {
+        if let Ok(r) = lease.renew(&[(worker.clone(), running)]).await {
+            renewed = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, verdicts) = renewed.expect("renewal after the restart");
+    assert_eq!(verdicts, vec![Renewal::Rebuilt]);
+    let owner: Option<String> = con(&redis).await.get("ty:task:5:workerId").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("h/1@1"));
+    let hb: Option<String> = con(&redis).await.get("ty:worker:h:hb").await.unwrap();
+    assert_eq!(hb.as_deref(), Some("h"));
+
+    // Once reported, a renewal racing the release does not resurrect it.
+    lease.release(&worker, &report("h", running)).await.unwrap();
+    let (_, verdicts) = lease.renew(&[(worker, running)]).await.unwrap();
+    assert_eq!(verdicts, vec![Renewal::Finished]);
+    let owner: Option<String> = con(&redis).await.get("ty:task:5:workerId").await.unwrap();
+    assert_eq!(owner, None);
+}
+
+#[tokio::test]
+async fn a_dead_redis_is_an_error_not_a_lease() {
+    let mut redis = RedisServer::start();
+    let lease = layer(&redis, "h", "");
+    redis.kill();
+    let err = lease.acquire(&HostId::new("h").unwrap().worker(0), AttemptRef::new(1, 1)).await;
+    assert!(err.is_err(), "{err:?}");
+}
