@@ -222,29 +222,41 @@ impl Cluster {
         Ok(())
     }
 
-    fn spawn_role(&self, name: &str, args: &[&str]) -> anyhow::Result<Process> {
+    fn spawn_role(
+        &self,
+        name: &str,
+        args: &[&str],
+        extra_env: &[(String, String)],
+    ) -> anyhow::Result<Process> {
         let mut full = vec![
             "--config".to_string(),
             self.config_path.display().to_string(),
         ];
         full.extend(args.iter().map(|s| s.to_string()));
+        let mut env = self.env.clone();
+        env.extend(extra_env.iter().cloned());
         Process::spawn(
             name,
             &self.bins.trainyard,
             &full,
-            &self.env,
+            &env,
             &self.dir.join(format!("{name}.log")),
         )
     }
 
     pub fn spawn_master(&self) -> anyhow::Result<Process> {
-        self.spawn_role("master", &["master"])
+        self.spawn_master_with(&[])
+    }
+
+    /// A master with extra environment, e.g. `FAILPOINTS` armed.
+    pub fn spawn_master_with(&self, env: &[(String, String)]) -> anyhow::Result<Process> {
+        self.spawn_role("master", &["master"], env)
     }
 
     pub fn spawn_host(&self, id: &str) -> anyhow::Result<Process> {
         let work = self.dir.join("work").join(id);
         let work = work.display().to_string();
-        self.spawn_role(id, &["host", "--id", id, "--work-dir", &work])
+        self.spawn_role(id, &["host", "--id", id, "--work-dir", &work], &[])
     }
 
     /// An API client for this cluster's master (its token is read from the

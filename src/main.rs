@@ -6,6 +6,8 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = trainyard::cli::Cli::parse();
     trainyard::logging::init();
+    // Fault-injection points stay inert unless FAILPOINTS arms them (tests do).
+    let _failpoints = fail::FailScenario::setup();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -132,7 +132,10 @@ impl Agent {
                 _ = heartbeats.tick() => self.heartbeat(),
                 _ = resends.tick() => self.resend_reports(),
             }
-            if self.shutting_down.is_some() && self.running().is_empty() {
+            // Done once every attempt has ended and the master has every
+            // report (or cannot be told: Redis keeps them for it).
+            let reported = self.unacked.is_empty() || self.outbox.is_none();
+            if self.shutting_down.is_some() && self.running().is_empty() && reported {
                 if let Some(done) = self.shutting_down.take() {
                     let _ = done.send(());
                 }

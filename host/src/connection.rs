@@ -80,6 +80,7 @@ pub async fn run(
     loop {
         session += 1;
         notify(ConnectionEvent::Connecting { at: Instant::now() });
+        tracing::debug!(master = %config.master, session, "connecting to the master");
         match tokio::time::timeout(t.handshake_timeout, handshake(&config, &agent)).await {
             Ok(Ok(frames)) => {
                 backoff.reset();

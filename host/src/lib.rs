@@ -113,7 +113,8 @@ pub struct RunningHost {
 
 impl RunningHost {
     /// Stops every running attempt (reported as interrupted, so the master
-    /// requeues it at once), waits for them up to `timeout`, and stops.
+    /// requeues it at once), waits up to `timeout` for them to end and for
+    /// the master to acknowledge their reports, and stops.
     pub async fn shutdown(self, timeout: Duration) {
         let (done, finished) = oneshot::channel();
         if self
@@ -124,10 +125,8 @@ impl RunningHost {
             .is_ok()
         {
             if tokio::time::timeout(timeout, finished).await.is_err() {
-                tracing::warn!("attempts did not stop in time");
+                tracing::warn!("attempts did not stop, or their reports were not acknowledged, in time");
             }
-            // Give the reports a moment to reach the master.
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         for t in self.tasks {
             t.abort();

@@ -128,7 +128,15 @@ impl TestCluster {
     }
 
     pub async fn start_master(&mut self) {
-        self.master = Some(self.cluster.spawn_master().expect("spawn master"));
+        self.start_master_with(&[]).await;
+    }
+
+    /// Starts the master with extra environment (fail points).
+    pub async fn start_master_with(&mut self, env: &[(String, String)]) {
+        if let Some(mut old) = self.master.take() {
+            old.kill();
+        }
+        self.master = Some(self.cluster.spawn_master_with(env).expect("spawn master"));
         let client = self
             .cluster
             .wait_for_master(Duration::from_secs(60))
@@ -141,6 +149,12 @@ impl TestCluster {
         self.hosts
             .push(self.cluster.spawn_host(id).expect("spawn host"));
         self.hosts.len() - 1
+    }
+
+    /// SIGKILL the master and start a new one on the same ports and database.
+    pub async fn restart_master(&mut self) {
+        self.master().kill();
+        self.start_master().await;
     }
 
     pub fn host(&mut self, id: &str) -> &mut Process {
@@ -266,6 +280,18 @@ impl TestCluster {
             .await
             .expect("redis")
     }
+}
+
+/// Serialises the tests of one binary: multi-process tests with sub-second
+/// leases should not compete for the machine's two cores.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Milliseconds since the epoch, as the master records times.
+pub fn now_ms() -> i64 {
+    trainyard_proto::now_ms()
 }
 
 /// Reads a trainer trace file: `(attempt, event, time)` per line.

@@ -192,14 +192,31 @@ pub async fn load(shared: Arc<Shared>, path: &Path) -> Result<LoadedAdapter, Loa
         },
     })?;
 
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&wasm).into();
+    let known = shared
+        .compiled
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&digest).cloned());
     // Compiling takes a CPU for a while; keep it off the async workers.
     let engine = shared.engine.clone();
     let cache_dir = shared.config.cache_dir.clone();
-    let compiled =
-        tokio::task::spawn_blocking(move || cache::compile(&engine, cache_dir.as_deref(), &wasm))
-            .await;
+    let compiled = match known {
+        Some(component) => Ok(Ok((component, cache::Origin::Memory))),
+        None => {
+            tokio::task::spawn_blocking(move || {
+                cache::compile(&engine, cache_dir.as_deref(), &wasm)
+            })
+            .await
+        }
+    };
     let (component, origin) = match compiled {
-        Ok(Ok(compiled)) => compiled,
+        Ok(Ok(compiled)) => {
+            if let Ok(mut c) = shared.compiled.lock() {
+                c.insert(digest, compiled.0.clone());
+            }
+            compiled
+        }
         Ok(Err(e)) => {
             return Err(LoadError::Corrupt {
                 path,

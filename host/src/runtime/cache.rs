@@ -27,6 +27,8 @@ use wasmtime::Engine;
 /// Where a component came from, for the load's log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
+    /// Already loaded by this runtime.
+    Memory,
     Cache,
     Compiled,
 }

@@ -43,6 +43,10 @@ pub struct Shared {
     /// Instances alive now, held to `max_instances` whichever allocator is
     /// in use, so a full host says so in its own words.
     pub slots: Arc<InstanceSlots>,
+    /// Components this runtime has compiled or loaded, by the SHA-256 of
+    /// their bytes: hosts sharing a runtime (light hosts in one process)
+    /// load the same adapter once.
+    pub compiled: std::sync::Mutex<std::collections::HashMap<[u8; 32], wasmtime::component::Component>>,
     _ticker: EpochTicker,
 }
 
@@ -70,6 +74,7 @@ impl Shared {
             engine,
             linker,
             pooling,
+            compiled: Default::default(),
             _ticker: ticker,
         })
     }

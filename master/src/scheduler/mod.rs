@@ -521,6 +521,13 @@ impl Scheduler {
             }
             let _ = submit.reply.send(Ok(mine));
         }
+        if !cycle.dispatches.is_empty() {
+            // Tests crash here: the dispatch is recorded, the host never hears of it.
+            fail::fail_point!("master-crash-after-dispatch-commit", |_| {
+                tracing::error!("fail point: crashing after committing a dispatch");
+                std::process::exit(86)
+            });
+        }
         // Dispatches whose write applied go out now.
         let mut by_id: std::collections::HashMap<TaskId, crate::store::DispatchPayload> =
             payloads.into_iter().map(|p| (p.id, p)).collect();

@@ -1,0 +1,298 @@
+//! Recovery that never loses or duplicates a task: the original scheduler's
+//! scenarios, done for real — processes killed with SIGKILL, frozen with
+//! SIGSTOP, a Redis restarted empty — against both databases where the
+//! database matters.
+
+mod common;
+
+use common::{assert_attempts_never_overlapped, fast_timers, read_trace, serial, Setup, TestCluster};
+use redis::AsyncCommands;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use trainyard_master::model::{AttemptOutcome, TaskStatus};
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Timers with a lease long enough to ride out a master restart.
+fn patient(backend: &'static str) -> Setup {
+    let mut setup = Setup::new(backend);
+    setup.timers.lease_ttl = Duration::from_secs(8);
+    setup
+}
+
+// 1. The original's testTaskRecoversAfterMasterRestart.
+async fn a_task_survives_a_master_restart(backend: &'static str) {
+    let _serial = serial();
+    let mut c = TestCluster::start(patient(backend), 1).await;
+    let id = c
+        .submit(json!({"adapter": "python-trainer", "params": {"episodes": 300, "step_delay_ms": 10}}))
+        .await;
+    c.wait_for(id, LONG, "progress", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
+        .await;
+
+    c.master().kill();
+    // The host keeps the trainer running and its lease alive meanwhile.
+    let mut redis = c.redis().await;
+    let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap();
+    assert_eq!(owner.as_deref(), Some("host-1/0@1"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.start_master().await;
+    c.wait_for_hosts(1).await;
+    assert_eq!(c.task(id).await.task.status, TaskStatus::Running, "still tracked as RUNNING after the restart");
+
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!(done.task.attempt, 1, "completed once, by its first attempt");
+    assert_eq!(done.attempts.len(), 1);
+    assert!(done.task.result.unwrap().metrics.contains_key("mean_return"));
+}
+
+#[tokio::test]
+async fn a_task_survives_a_master_restart_on_sqlite() {
+    a_task_survives_a_master_restart("sqlite").await;
+}
+
+#[tokio::test]
+async fn a_task_survives_a_master_restart_on_postgres() {
+    a_task_survives_a_master_restart("postgres").await;
+}
+
+// 2. The original's testTaskRequeuedWhenDispatchInterrupted: the master dies
+// after recording the dispatch and before the host receives it.
+async fn an_interrupted_dispatch_is_run_after_the_restart(backend: &'static str) {
+    let _serial = serial();
+    let mut c = TestCluster::prepare(patient(backend)).await;
+    let crash = [("FAILPOINTS".to_string(), "master-crash-after-dispatch-commit=return".to_string())];
+    c.start_master_with(&crash).await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    let id = c.submit(json!({"adapter": "python-trainer", "params": {"episodes": 50}})).await;
+    // The master records the dispatch, then dies before sending it.
+    let until = Instant::now() + Duration::from_secs(60);
+    while c.master().running() {
+        assert!(Instant::now() < until, "the master did not reach the fail point\n{}", c.all_logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut redis = c.redis().await;
+    let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap();
+    assert_eq!(owner, None, "the host never took a lease");
+
+    c.start_master().await;
+    let recorded = c.task(id).await;
+    assert_eq!((recorded.task.status, recorded.task.attempt), (TaskStatus::Dispatched, 1));
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!(done.task.attempt, 2);
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::Undelivered));
+    assert_eq!(done.attempts[0].started_at_ms, None);
+    assert_eq!(done.task.runs, 1, "the undelivered dispatch does not count as a run");
+}
+
+#[tokio::test]
+async fn an_interrupted_dispatch_is_run_after_the_restart_on_sqlite() {
+    an_interrupted_dispatch_is_run_after_the_restart("sqlite").await;
+}
+
+#[tokio::test]
+async fn an_interrupted_dispatch_is_run_after_the_restart_on_postgres() {
+    an_interrupted_dispatch_is_run_after_the_restart("postgres").await;
+}
+
+// 3. The original's testTaskMarkedCompletedWhenNotificationLost, done right:
+// the true outcome is recorded, whether the host is still there or not.
+async fn finish_while_the_master_is_down(backend: &'static str, params: serde_json::Value, kill_host: bool) -> trainyard_master::model::TaskDetail {
+    let mut c = TestCluster::start(patient(backend), 1).await;
+    let id = c.submit(json!({"adapter": "python-trainer", "max_attempts": 1, "params": params})).await;
+    c.wait_for(id, LONG, "progress", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
+        .await;
+    c.master().kill();
+
+    // The attempt ends while the master is down; its report waits in Redis.
+    let mut redis = c.redis().await;
+    let member = format!("{id}@1");
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
+        if pending.contains(&member) {
+            break;
+        }
+        assert!(Instant::now() < until, "no report stored in Redis\n{}", c.all_logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if kill_host {
+        // Nobody is left to re-send it: only Redis has the result.
+        c.host("host-1").kill();
+    }
+    c.start_master().await;
+    let done = c
+        .wait_for(id, LONG, "a final status", |d| d.task.status.is_terminal())
+        .await;
+    assert_eq!(done.attempts.len(), 1);
+    let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
+    assert!(!pending.contains(&member), "the recorded report is removed from Redis");
+    done
+}
+
+#[tokio::test]
+async fn a_success_reported_while_the_master_was_down_is_recorded_as_completed_with_its_metrics() {
+    let _serial = serial();
+    for (backend, kill_host) in [("sqlite", false), ("sqlite", true), ("postgres", true)] {
+        let done = finish_while_the_master_is_down(backend, json!({"episodes": 100, "step_delay_ms": 10}), kill_host).await;
+        assert_eq!(done.task.status, TaskStatus::Completed, "{backend}, host killed: {kill_host}");
+        let metrics = done.task.result.unwrap().metrics;
+        assert_eq!(metrics.get("episodes"), Some(&100.0));
+        assert!(metrics.contains_key("mean_return"));
+    }
+}
+
+#[tokio::test]
+async fn a_failure_reported_while_the_master_was_down_is_recorded_as_failed_with_its_error() {
+    let _serial = serial();
+    for (backend, kill_host) in [("sqlite", true), ("postgres", false)] {
+        let params = json!({"episodes": 200, "step_delay_ms": 10, "fail_at_episode": 60});
+        let done = finish_while_the_master_is_down(backend, params, kill_host).await;
+        assert_eq!(done.task.status, TaskStatus::Failed, "the seed would have said COMPLETED here");
+        let error = done.task.error.unwrap_or_default();
+        assert!(error.contains("simulated failure at episode 60"), "{error}");
+    }
+}
+
+// 5. A host killed mid-task: requeued only after its lease lapsed, resumed
+// from the last checkpoint by attempt 2.
+async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses(backend: &'static str) {
+    let _serial = serial();
+    let mut c = TestCluster::start(Setup::new(backend), 1).await;
+    let trace = c.cluster.dir.join("trace.jsonl");
+    let id = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 300, "checkpoint_every": 25, "step_delay_ms": 10, "trace_file": trace},
+        }))
+        .await;
+    let checkpointed = c.wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some()).await;
+    let saved_at = checkpointed.task.checkpoint.unwrap();
+    c.start_host("host-2");
+    c.wait_for_hosts(2).await;
+    let killed_at = common::now_ms();
+    c.host("host-1").kill();
+
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!((done.task.attempt, done.task.host.as_deref()), (2, Some("host-2")));
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
+    // Requeued only once the lease had lapsed: its last renewal was at most a
+    // heartbeat before the kill.
+    let t = fast_timers();
+    let earliest = killed_at + (t.lease_ttl - t.heartbeat_interval).as_millis() as i64;
+    assert!(
+        done.attempts[1].dispatched_at_ms >= earliest - 50,
+        "attempt 2 dispatched {} ms after the kill, before the lease could have lapsed",
+        done.attempts[1].dispatched_at_ms - killed_at
+    );
+    let resumed = done.task.result.unwrap().metrics.get("resumed_from").copied().unwrap_or(0.0);
+    assert!(resumed >= saved_at.attempt as f64 && resumed > 0.0, "attempt 2 resumed from episode {resumed}");
+    let events = read_trace(&trace);
+    let first_of_2 = events.iter().find(|(a, e, _)| *a == 2 && e == "start").expect("attempt 2 started");
+    assert!(events.iter().any(|(a, e, _)| *a == 1 && e == "alive"));
+    assert!(!events.iter().any(|(a, e, _)| *a == 1 && e == "end"), "attempt 1 never finished");
+    assert!(first_of_2.2 > 0.0);
+    assert_attempts_never_overlapped(&events);
+}
+
+#[tokio::test]
+async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses_on_sqlite() {
+    a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses("sqlite").await;
+}
+
+#[tokio::test]
+async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses_on_postgres() {
+    a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses("postgres").await;
+}
+
+// 6. A zombie host: frozen past its lease, the task moves on, then it wakes up.
+#[tokio::test]
+async fn a_frozen_host_wakes_up_to_find_its_attempt_stopped_and_its_late_report_ignored() {
+    let _serial = serial();
+    let mut c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    let trace = c.cluster.dir.join("trace.jsonl");
+    let id = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 400, "checkpoint_every": 25, "step_delay_ms": 10, "trace_file": trace},
+        }))
+        .await;
+    c.wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some()).await;
+    c.start_host("host-2");
+    c.wait_for_hosts(2).await;
+    c.host("host-1").pause();
+
+    // The task moves on to host-2 while host-1 is frozen...
+    c.wait_for(id, LONG, "attempt 2 running", |d| d.task.attempt == 2 && d.task.status == TaskStatus::Running)
+        .await;
+    // ...and host-1's trainer was already stopped by its supervisor, alone.
+    let events = read_trace(&trace);
+    let last_of_1 = events.iter().filter(|(a, _, _)| *a == 1).map(|(_, _, t)| *t).fold(0.0, f64::max);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = read_trace(&trace);
+    let still_1 = later.iter().filter(|(a, _, _)| *a == 1).map(|(_, _, t)| *t).fold(0.0, f64::max);
+    assert_eq!(last_of_1, still_1, "attempt 1's trainer kept running while its host was frozen");
+
+    c.host("host-1").resume();
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!((done.task.attempt, done.task.host.as_deref()), (2, Some("host-2")));
+    assert_eq!(done.attempts.len(), 2);
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
+    assert_eq!(done.attempts[1].outcome, Some(AttemptOutcome::Completed));
+    // The woken host reported its dead attempt; the master ignored it.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !c.log("master").contains("no longer current") {
+        assert!(Instant::now() < until, "the zombie's late report never arrived\n{}", c.all_logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(c.task(id).await.task.status, TaskStatus::Completed, "the late report changed nothing");
+    assert_attempts_never_overlapped(&read_trace(&trace));
+
+    // And the woken host serves again.
+    c.host("host-2").kill();
+    let next = c.submit(json!({"adapter": "python-trainer", "params": {"episodes": 20}})).await;
+    let done = c.wait_for_status(next, TaskStatus::Completed, LONG).await;
+    assert_eq!(done.task.host.as_deref(), Some("host-1"));
+}
+
+// 7. Redis restarted empty while tasks run.
+#[tokio::test]
+async fn a_redis_that_loses_its_data_loses_no_task_and_duplicates_none() {
+    let _serial = serial();
+    let mut c = TestCluster::start(Setup::new("sqlite"), 2).await;
+    let traces: Vec<_> = (0..2).map(|i| c.cluster.dir.join(format!("trace-{i}.jsonl"))).collect();
+    let mut ids = vec![];
+    for trace in &traces {
+        ids.push(
+            c.submit(json!({"adapter": "python-trainer", "params": {"episodes": 300, "step_delay_ms": 10, "trace_file": trace}}))
+                .await,
+        );
+    }
+    for id in &ids {
+        c.wait_for(*id, LONG, "running", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
+            .await;
+    }
+    c.redis.restart_empty();
+
+    // The hosts' next heartbeats write the leases again.
+    let mut redis = c.redis().await;
+    let until = Instant::now() + Duration::from_secs(10);
+    for id in &ids {
+        loop {
+            let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap_or(None);
+            if owner.is_some_and(|o| o.ends_with("@1")) {
+                break;
+            }
+            assert!(Instant::now() < until, "lease of task {id} not rebuilt\n{}", c.all_logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for (id, trace) in ids.iter().zip(&traces) {
+        let done = c.wait_for_status(*id, TaskStatus::Completed, LONG).await;
+        assert_eq!(done.attempts.len(), 1, "task {id} was requeued needlessly: {:?}", done.attempts);
+        let events = read_trace(trace);
+        assert_eq!(events.iter().filter(|(_, e, _)| e == "start").count(), 1, "task {id} ran twice");
+    }
+    let _ = &mut c;
+}
