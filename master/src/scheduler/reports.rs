@@ -24,6 +24,10 @@ impl Scheduler {
         cycle: &mut Cycle,
     ) {
         let attempt = report.attempt;
+        // A reported attempt is over on its host: its slot is free.
+        if let Some(h) = self.state.hosts.get_mut(&report.host) {
+            h.reported.remove(&attempt);
+        }
         if let Some(live) = self.state.current(attempt, &report.host).cloned() {
             if live.status == TaskStatus::Dispatched {
                 // It ran to the end before its acceptance was recorded.

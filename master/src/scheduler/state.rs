@@ -153,13 +153,13 @@ impl State {
         }
     }
 
-    /// Forgets a live attempt, freeing its host's slot.
+    /// Forgets a live attempt.
     pub fn release(&mut self, task: TaskId) -> Option<Live> {
         let live = self.live.remove(&task)?;
         if let Some(host) = self.hosts.get_mut(&live.host) {
-            let attempt = live.attempt_ref(task);
-            host.assigned.remove(&attempt);
-            host.reported.remove(&attempt);
+            // Its slot stays busy while the host still says it runs it
+            // (`reported`): an attempt given away may not have stopped yet.
+            host.assigned.remove(&live.attempt_ref(task));
         }
         Some(live)
     }
