@@ -29,7 +29,10 @@ fn seed() -> u64 {
 }
 
 fn chaos_duration() -> Duration {
-    let secs = std::env::var("TRAINYARD_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(45);
+    let secs = std::env::var("TRAINYARD_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(45);
     Duration::from_secs(secs)
 }
 
@@ -137,14 +140,38 @@ async fn chaos(backend: &'static str) {
         c.start_master().await;
     }
     for (id, trace) in &tasks {
-        let done = c.wait_for(*id, Duration::from_secs(240), "a final status", |d| d.task.status.is_terminal()).await;
+        let done = c
+            .wait_for(*id, Duration::from_secs(240), "a final status", |d| {
+                d.task.status.is_terminal()
+            })
+            .await;
         let t = &done.task;
-        assert_eq!(t.status, TaskStatus::Completed, "seed {seed}: task {id} ended {}: {:?}\n{:#?}", t.status, t.error, done.attempts);
-        let completed: Vec<_> = done.attempts.iter().filter(|a| a.outcome == Some(AttemptOutcome::Completed)).collect();
-        assert_eq!(completed.len(), 1, "seed {seed}: task {id} completed {} times", completed.len());
+        assert_eq!(
+            t.status,
+            TaskStatus::Completed,
+            "seed {seed}: task {id} ended {}: {:?}\n{:#?}",
+            t.status,
+            t.error,
+            done.attempts
+        );
+        let completed: Vec<_> = done
+            .attempts
+            .iter()
+            .filter(|a| a.outcome == Some(AttemptOutcome::Completed))
+            .collect();
+        assert_eq!(
+            completed.len(),
+            1,
+            "seed {seed}: task {id} completed {} times",
+            completed.len()
+        );
         let last = done.attempts.last().unwrap();
         assert_eq!(last.attempt, t.attempt, "seed {seed}: task {id}");
-        assert_eq!(last.outcome, Some(AttemptOutcome::Completed), "seed {seed}: task {id}: the completion is its last attempt");
+        assert_eq!(
+            last.outcome,
+            Some(AttemptOutcome::Completed),
+            "seed {seed}: task {id}: the completion is its last attempt"
+        );
         assert_eq!(
             last.metrics.as_ref(),
             Some(&t.result.as_ref().unwrap().metrics),
@@ -153,12 +180,15 @@ async fn chaos(backend: &'static str) {
         let events = read_trace(trace);
         assert!(
             events.iter().any(|(a, e, _)| *a == t.attempt && e == "end"),
-            "seed {seed}: task {id}: attempt {} ran to its end", t.attempt
+            "seed {seed}: task {id}: attempt {} ran to its end",
+            t.attempt
         );
         assert_attempts_never_overlapped(&events);
     }
     let retried = tasks.len();
-    println!("chaos on {backend}: {retried} tasks, all completed exactly once, no overlapping attempts");
+    println!(
+        "chaos on {backend}: {retried} tasks, all completed exactly once, no overlapping attempts"
+    );
 }
 
 #[tokio::test]

@@ -15,7 +15,12 @@ use trainyard_proto::HostId;
 
 /// Seconds since midnight of a log line's RFC 3339 timestamp.
 fn log_time(line: &str) -> Option<f64> {
-    let t = line.split_whitespace().next()?.split('T').nth(1)?.trim_end_matches('Z');
+    let t = line
+        .split_whitespace()
+        .next()?
+        .split('T')
+        .nth(1)?
+        .trim_end_matches('Z');
     let mut parts = t.split(':');
     let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
     Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
@@ -42,7 +47,9 @@ async fn ten_hosts_do_not_come_back_all_at_once_after_a_master_restart() {
         c.start_host(&format!("host-{i}"));
     }
     c.wait_for_hosts(10).await;
-    let before: Vec<usize> = (1..=10).map(|i| c.log(&format!("host-{i}")).lines().count()).collect();
+    let before: Vec<usize> = (1..=10)
+        .map(|i| c.log(&format!("host-{i}")).lines().count())
+        .collect();
 
     c.master().kill();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -61,7 +68,11 @@ async fn ten_hosts_do_not_come_back_all_at_once_after_a_master_restart() {
         first_attempts.push(first);
     }
     let spread = spread(&first_attempts);
-    assert!(spread > 0.5, "first reconnect attempts spread over only {:.0} ms: {first_attempts:?}", spread * 1000.0);
+    assert!(
+        spread > 0.5,
+        "first reconnect attempts spread over only {:.0} ms: {first_attempts:?}",
+        spread * 1000.0
+    );
 }
 
 #[tokio::test]
@@ -106,7 +117,11 @@ async fn two_hundred_hosts_all_reregister_spread_out_after_a_master_restart() {
                 log.lock().unwrap()[i].push(at);
             }
         });
-        hosts.push(trainyard_host::start(config, runtime.clone(), Some(observer)).await.unwrap());
+        hosts.push(
+            trainyard_host::start(config, runtime.clone(), Some(observer))
+                .await
+                .unwrap(),
+        );
     }
     c.wait_for_hosts(HOSTS).await;
 
@@ -122,15 +137,30 @@ async fn two_hundred_hosts_all_reregister_spread_out_after_a_master_restart() {
         .iter()
         .enumerate()
         .map(|(i, a)| {
-            let first = a.iter().find(|t| **t > killed).unwrap_or_else(|| panic!("light-{i} never tried to reconnect"));
+            let first = a
+                .iter()
+                .find(|t| **t > killed)
+                .unwrap_or_else(|| panic!("light-{i} never tried to reconnect"));
             first.duration_since(killed).as_secs_f64()
         })
         .collect();
     let spread = spread(&firsts);
-    assert!(spread > 0.5, "first reconnect attempts of {HOSTS} hosts spread over only {:.0} ms", spread * 1000.0);
+    assert!(
+        spread > 0.5,
+        "first reconnect attempts of {HOSTS} hosts spread over only {:.0} ms",
+        spread * 1000.0
+    );
     // Every one of them is registered again: none dropped.
     let connected = c.client().hosts().await.unwrap();
-    let light = connected.iter().filter(|h| h.connected && h.id.starts_with("light-")).count();
+    let light = connected
+        .iter()
+        .filter(|h| h.connected && h.id.starts_with("light-"))
+        .count();
     assert_eq!(light, HOSTS);
-    futures::future::join_all(hosts.into_iter().map(|h| h.shutdown(Duration::from_secs(1)))).await;
+    futures::future::join_all(
+        hosts
+            .into_iter()
+            .map(|h| h.shutdown(Duration::from_secs(1))),
+    )
+    .await;
 }

@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{assert_attempts_never_overlapped, fast_timers, read_trace, serial, Setup, TestCluster};
+use common::{
+    assert_attempts_never_overlapped, fast_timers, read_trace, serial, Setup, TestCluster,
+};
 use redis::AsyncCommands;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -25,10 +27,14 @@ async fn a_task_survives_a_master_restart(backend: &'static str) {
     let _serial = serial();
     let mut c = TestCluster::start(patient(backend), 1).await;
     let id = c
-        .submit(json!({"adapter": "python-trainer", "params": {"episodes": 300, "step_delay_ms": 10}}))
+        .submit(
+            json!({"adapter": "python-trainer", "params": {"episodes": 300, "step_delay_ms": 10}}),
+        )
         .await;
-    c.wait_for(id, LONG, "progress", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
-        .await;
+    c.wait_for(id, LONG, "progress", |d| {
+        d.task.status == TaskStatus::Running && d.task.progress.is_some()
+    })
+    .await;
 
     c.master().kill();
     // The host keeps the trainer running and its lease alive meanwhile.
@@ -38,12 +44,21 @@ async fn a_task_survives_a_master_restart(backend: &'static str) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     c.start_master().await;
     c.wait_for_hosts(1).await;
-    assert_eq!(c.task(id).await.task.status, TaskStatus::Running, "still tracked as RUNNING after the restart");
+    assert_eq!(
+        c.task(id).await.task.status,
+        TaskStatus::Running,
+        "still tracked as RUNNING after the restart"
+    );
 
     let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
     assert_eq!(done.task.attempt, 1, "completed once, by its first attempt");
     assert_eq!(done.attempts.len(), 1);
-    assert!(done.task.result.unwrap().metrics.contains_key("mean_return"));
+    assert!(done
+        .task
+        .result
+        .unwrap()
+        .metrics
+        .contains_key("mean_return"));
 }
 
 #[tokio::test]
@@ -61,15 +76,24 @@ async fn a_task_survives_a_master_restart_on_postgres() {
 async fn an_interrupted_dispatch_is_run_after_the_restart(backend: &'static str) {
     let _serial = serial();
     let mut c = TestCluster::prepare(patient(backend)).await;
-    let crash = [("FAILPOINTS".to_string(), "master-crash-after-dispatch-commit=return".to_string())];
+    let crash = [(
+        "FAILPOINTS".to_string(),
+        "master-crash-after-dispatch-commit=return".to_string(),
+    )];
     c.start_master_with(&crash).await;
     c.start_host("host-1");
     c.wait_for_hosts(1).await;
-    let id = c.submit(json!({"adapter": "python-trainer", "params": {"episodes": 50}})).await;
+    let id = c
+        .submit(json!({"adapter": "python-trainer", "params": {"episodes": 50}}))
+        .await;
     // The master records the dispatch, then dies before sending it.
     let until = Instant::now() + Duration::from_secs(60);
     while c.master().running() {
-        assert!(Instant::now() < until, "the master did not reach the fail point\n{}", c.all_logs());
+        assert!(
+            Instant::now() < until,
+            "the master did not reach the fail point\n{}",
+            c.all_logs()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut redis = c.redis().await;
@@ -78,12 +102,18 @@ async fn an_interrupted_dispatch_is_run_after_the_restart(backend: &'static str)
 
     c.start_master().await;
     let recorded = c.task(id).await;
-    assert_eq!((recorded.task.status, recorded.task.attempt), (TaskStatus::Dispatched, 1));
+    assert_eq!(
+        (recorded.task.status, recorded.task.attempt),
+        (TaskStatus::Dispatched, 1)
+    );
     let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
     assert_eq!(done.task.attempt, 2);
     assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::Undelivered));
     assert_eq!(done.attempts[0].started_at_ms, None);
-    assert_eq!(done.task.runs, 1, "the undelivered dispatch does not count as a run");
+    assert_eq!(
+        done.task.runs, 1,
+        "the undelivered dispatch does not count as a run"
+    );
 }
 
 #[tokio::test]
@@ -98,11 +128,19 @@ async fn an_interrupted_dispatch_is_run_after_the_restart_on_postgres() {
 
 // 3. The original's testTaskMarkedCompletedWhenNotificationLost, done right:
 // the true outcome is recorded, whether the host is still there or not.
-async fn finish_while_the_master_is_down(backend: &'static str, params: serde_json::Value, kill_host: bool) -> trainyard_master::model::TaskDetail {
+async fn finish_while_the_master_is_down(
+    backend: &'static str,
+    params: serde_json::Value,
+    kill_host: bool,
+) -> trainyard_master::model::TaskDetail {
     let mut c = TestCluster::start(patient(backend), 1).await;
-    let id = c.submit(json!({"adapter": "python-trainer", "max_attempts": 1, "params": params})).await;
-    c.wait_for(id, LONG, "progress", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
+    let id = c
+        .submit(json!({"adapter": "python-trainer", "max_attempts": 1, "params": params}))
         .await;
+    c.wait_for(id, LONG, "progress", |d| {
+        d.task.status == TaskStatus::Running && d.task.progress.is_some()
+    })
+    .await;
     c.master().kill();
 
     // The attempt ends while the master is down; its report waits in Redis.
@@ -114,7 +152,11 @@ async fn finish_while_the_master_is_down(backend: &'static str, params: serde_js
         if pending.contains(&member) {
             break;
         }
-        assert!(Instant::now() < until, "no report stored in Redis\n{}", c.all_logs());
+        assert!(
+            Instant::now() < until,
+            "no report stored in Redis\n{}",
+            c.all_logs()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     if kill_host {
@@ -127,7 +169,10 @@ async fn finish_while_the_master_is_down(backend: &'static str, params: serde_js
         .await;
     assert_eq!(done.attempts.len(), 1);
     let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
-    assert!(!pending.contains(&member), "the recorded report is removed from Redis");
+    assert!(
+        !pending.contains(&member),
+        "the recorded report is removed from Redis"
+    );
     done
 }
 
@@ -135,8 +180,17 @@ async fn finish_while_the_master_is_down(backend: &'static str, params: serde_js
 async fn a_success_reported_while_the_master_was_down_is_recorded_as_completed_with_its_metrics() {
     let _serial = serial();
     for (backend, kill_host) in [("sqlite", false), ("sqlite", true), ("postgres", true)] {
-        let done = finish_while_the_master_is_down(backend, json!({"episodes": 100, "step_delay_ms": 10}), kill_host).await;
-        assert_eq!(done.task.status, TaskStatus::Completed, "{backend}, host killed: {kill_host}");
+        let done = finish_while_the_master_is_down(
+            backend,
+            json!({"episodes": 100, "step_delay_ms": 10}),
+            kill_host,
+        )
+        .await;
+        assert_eq!(
+            done.task.status,
+            TaskStatus::Completed,
+            "{backend}, host killed: {kill_host}"
+        );
         let metrics = done.task.result.unwrap().metrics;
         assert_eq!(metrics.get("episodes"), Some(&100.0));
         assert!(metrics.contains_key("mean_return"));
@@ -149,7 +203,11 @@ async fn a_failure_reported_while_the_master_was_down_is_recorded_as_failed_with
     for (backend, kill_host) in [("sqlite", true), ("postgres", false)] {
         let params = json!({"episodes": 200, "step_delay_ms": 10, "fail_at_episode": 60});
         let done = finish_while_the_master_is_down(backend, params, kill_host).await;
-        assert_eq!(done.task.status, TaskStatus::Failed, "the seed would have said COMPLETED here");
+        assert_eq!(
+            done.task.status,
+            TaskStatus::Failed,
+            "the seed would have said COMPLETED here"
+        );
         let error = done.task.error.unwrap_or_default();
         assert!(error.contains("simulated failure at episode 60"), "{error}");
     }
@@ -167,7 +225,9 @@ async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses(backend: &
             "params": {"episodes": 300, "checkpoint_every": 25, "step_delay_ms": 10, "trace_file": trace},
         }))
         .await;
-    let checkpointed = c.wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some()).await;
+    let checkpointed = c
+        .wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some())
+        .await;
     let saved_at = checkpointed.task.checkpoint.unwrap();
     c.start_host("host-2");
     c.wait_for_hosts(2).await;
@@ -175,7 +235,10 @@ async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses(backend: &
     c.host("host-1").kill();
 
     let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
-    assert_eq!((done.task.attempt, done.task.host.as_deref()), (2, Some("host-2")));
+    assert_eq!(
+        (done.task.attempt, done.task.host.as_deref()),
+        (2, Some("host-2"))
+    );
     assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
     // Requeued only once the lease had lapsed: its last renewal was at most a
     // heartbeat before the kill.
@@ -186,12 +249,28 @@ async fn a_killed_hosts_task_resumes_elsewhere_after_the_lease_lapses(backend: &
         "attempt 2 dispatched {} ms after the kill, before the lease could have lapsed",
         done.attempts[1].dispatched_at_ms - killed_at
     );
-    let resumed = done.task.result.unwrap().metrics.get("resumed_from").copied().unwrap_or(0.0);
-    assert!(resumed >= saved_at.attempt as f64 && resumed > 0.0, "attempt 2 resumed from episode {resumed}");
+    let resumed = done
+        .task
+        .result
+        .unwrap()
+        .metrics
+        .get("resumed_from")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        resumed >= saved_at.attempt as f64 && resumed > 0.0,
+        "attempt 2 resumed from episode {resumed}"
+    );
     let events = read_trace(&trace);
-    let first_of_2 = events.iter().find(|(a, e, _)| *a == 2 && e == "start").expect("attempt 2 started");
+    let first_of_2 = events
+        .iter()
+        .find(|(a, e, _)| *a == 2 && e == "start")
+        .expect("attempt 2 started");
     assert!(events.iter().any(|(a, e, _)| *a == 1 && e == "alive"));
-    assert!(!events.iter().any(|(a, e, _)| *a == 1 && e == "end"), "attempt 1 never finished");
+    assert!(
+        !events.iter().any(|(a, e, _)| *a == 1 && e == "end"),
+        "attempt 1 never finished"
+    );
     assert!(first_of_2.2 > 0.0);
     assert_attempts_never_overlapped(&events);
 }
@@ -218,40 +297,67 @@ async fn a_frozen_host_wakes_up_to_find_its_attempt_stopped_and_its_late_report_
             "params": {"episodes": 400, "checkpoint_every": 25, "step_delay_ms": 10, "trace_file": trace},
         }))
         .await;
-    c.wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some()).await;
+    c.wait_for(id, LONG, "a checkpoint", |d| d.task.checkpoint.is_some())
+        .await;
     c.start_host("host-2");
     c.wait_for_hosts(2).await;
     c.host("host-1").pause();
 
     // The task moves on to host-2 while host-1 is frozen...
-    c.wait_for(id, LONG, "attempt 2 running", |d| d.task.attempt == 2 && d.task.status == TaskStatus::Running)
-        .await;
+    c.wait_for(id, LONG, "attempt 2 running", |d| {
+        d.task.attempt == 2 && d.task.status == TaskStatus::Running
+    })
+    .await;
     // ...and host-1's trainer was already stopped by its supervisor, alone.
     let events = read_trace(&trace);
-    let last_of_1 = events.iter().filter(|(a, _, _)| *a == 1).map(|(_, _, t)| *t).fold(0.0, f64::max);
+    let last_of_1 = events
+        .iter()
+        .filter(|(a, _, _)| *a == 1)
+        .map(|(_, _, t)| *t)
+        .fold(0.0, f64::max);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let later = read_trace(&trace);
-    let still_1 = later.iter().filter(|(a, _, _)| *a == 1).map(|(_, _, t)| *t).fold(0.0, f64::max);
-    assert_eq!(last_of_1, still_1, "attempt 1's trainer kept running while its host was frozen");
+    let still_1 = later
+        .iter()
+        .filter(|(a, _, _)| *a == 1)
+        .map(|(_, _, t)| *t)
+        .fold(0.0, f64::max);
+    assert_eq!(
+        last_of_1, still_1,
+        "attempt 1's trainer kept running while its host was frozen"
+    );
 
     c.host("host-1").resume();
     let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
-    assert_eq!((done.task.attempt, done.task.host.as_deref()), (2, Some("host-2")));
+    assert_eq!(
+        (done.task.attempt, done.task.host.as_deref()),
+        (2, Some("host-2"))
+    );
     assert_eq!(done.attempts.len(), 2);
     assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
     assert_eq!(done.attempts[1].outcome, Some(AttemptOutcome::Completed));
     // The woken host reported its dead attempt; the master ignored it.
     let until = Instant::now() + Duration::from_secs(30);
     while !c.log("master").contains("no longer current") {
-        assert!(Instant::now() < until, "the zombie's late report never arrived\n{}", c.all_logs());
+        assert!(
+            Instant::now() < until,
+            "the zombie's late report never arrived\n{}",
+            c.all_logs()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(c.task(id).await.task.status, TaskStatus::Completed, "the late report changed nothing");
+    assert_eq!(
+        c.task(id).await.task.status,
+        TaskStatus::Completed,
+        "the late report changed nothing"
+    );
     assert_attempts_never_overlapped(&read_trace(&trace));
 
     // And the woken host serves again.
     c.host("host-2").kill();
-    let next = c.submit(json!({"adapter": "python-trainer", "params": {"episodes": 20}})).await;
+    let next = c
+        .submit(json!({"adapter": "python-trainer", "params": {"episodes": 20}}))
+        .await;
     let done = c.wait_for_status(next, TaskStatus::Completed, LONG).await;
     assert_eq!(done.task.host.as_deref(), Some("host-1"));
 }
@@ -261,7 +367,9 @@ async fn a_frozen_host_wakes_up_to_find_its_attempt_stopped_and_its_late_report_
 async fn a_redis_that_loses_its_data_loses_no_task_and_duplicates_none() {
     let _serial = serial();
     let mut c = TestCluster::start(Setup::new("sqlite"), 2).await;
-    let traces: Vec<_> = (0..2).map(|i| c.cluster.dir.join(format!("trace-{i}.jsonl"))).collect();
+    let traces: Vec<_> = (0..2)
+        .map(|i| c.cluster.dir.join(format!("trace-{i}.jsonl")))
+        .collect();
     let mut ids = vec![];
     for trace in &traces {
         ids.push(
@@ -270,8 +378,10 @@ async fn a_redis_that_loses_its_data_loses_no_task_and_duplicates_none() {
         );
     }
     for id in &ids {
-        c.wait_for(*id, LONG, "running", |d| d.task.status == TaskStatus::Running && d.task.progress.is_some())
-            .await;
+        c.wait_for(*id, LONG, "running", |d| {
+            d.task.status == TaskStatus::Running && d.task.progress.is_some()
+        })
+        .await;
     }
     c.redis.restart_empty();
 
@@ -280,19 +390,164 @@ async fn a_redis_that_loses_its_data_loses_no_task_and_duplicates_none() {
     let until = Instant::now() + Duration::from_secs(10);
     for id in &ids {
         loop {
-            let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap_or(None);
+            let owner: Option<String> = redis
+                .get(format!("task:{id}:workerId"))
+                .await
+                .unwrap_or(None);
             if owner.is_some_and(|o| o.ends_with("@1")) {
                 break;
             }
-            assert!(Instant::now() < until, "lease of task {id} not rebuilt\n{}", c.all_logs());
+            assert!(
+                Instant::now() < until,
+                "lease of task {id} not rebuilt\n{}",
+                c.all_logs()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
     for (id, trace) in ids.iter().zip(&traces) {
         let done = c.wait_for_status(*id, TaskStatus::Completed, LONG).await;
-        assert_eq!(done.attempts.len(), 1, "task {id} was requeued needlessly: {:?}", done.attempts);
+        assert_eq!(
+            done.attempts.len(),
+            1,
+            "task {id} was requeued needlessly: {:?}",
+            done.attempts
+        );
         let events = read_trace(trace);
-        assert_eq!(events.iter().filter(|(_, e, _)| e == "start").count(), 1, "task {id} ran twice");
+        assert_eq!(
+            events.iter().filter(|(_, e, _)| e == "start").count(),
+            1,
+            "task {id} ran twice"
+        );
     }
     let _ = &mut c;
+}
+
+/// The time of the last trace event of `attempt`.
+fn last_seen(trace: &std::path::Path, attempt: u32) -> f64 {
+    read_trace(trace)
+        .iter()
+        .filter(|(a, _, _)| *a == attempt)
+        .map(|(_, _, t)| *t)
+        .fold(0.0, f64::max)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A host that can no longer renew its lease (`cut_off` takes Redis or the
+/// master away) stops the trainer itself, before the lease would expire; once
+/// the world is back the task runs again and completes.
+async fn a_cut_off_host_stops_its_trainer_before_the_lease_expires(cut_off: &str) {
+    let mut c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    let trace = c.cluster.dir.join("trace.jsonl");
+    let id = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 400, "checkpoint_every": 25, "step_delay_ms": 10, "trace_file": trace},
+        }))
+        .await;
+    c.wait_for(id, LONG, "progress", |d| {
+        d.task.status == TaskStatus::Running && d.task.progress.is_some()
+    })
+    .await;
+    let cut_at = unix_now();
+    match cut_off {
+        "redis" => c.redis.kill(),
+        _ => c.master().pause(),
+    }
+    let ttl = fast_timers().lease_ttl.as_secs_f64();
+    tokio::time::sleep(Duration::from_secs_f64(ttl + 1.5)).await;
+    let stopped_at = last_seen(&trace, 1);
+    assert!(
+        stopped_at > cut_at - 1.0,
+        "the trainer was running when {cut_off} went away"
+    );
+    assert!(
+        stopped_at < cut_at + ttl,
+        "the trainer ran {:.2} s after {cut_off} went away, past its {ttl} s lease",
+        stopped_at - cut_at
+    );
+    match cut_off {
+        "redis" => c.redis.restart_empty(),
+        _ => c.master().resume(),
+    }
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
+    assert!(done.task.attempt >= 2);
+    assert_attempts_never_overlapped(&read_trace(&trace));
+}
+
+#[tokio::test]
+async fn a_host_cut_off_from_redis_stops_its_trainer_before_the_lease_expires() {
+    let _serial = serial();
+    a_cut_off_host_stops_its_trainer_before_the_lease_expires("redis").await;
+}
+
+#[tokio::test]
+async fn a_host_cut_off_from_the_master_stops_its_trainer_before_the_lease_expires() {
+    let _serial = serial();
+    a_cut_off_host_stops_its_trainer_before_the_lease_expires("master").await;
+}
+
+#[tokio::test]
+async fn a_crashed_trainer_is_retried_from_its_checkpoint_and_a_hopeless_one_fails_with_every_reason_kept(
+) {
+    let _serial = serial();
+    let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    let retried = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "params": {"episodes": 100, "checkpoint_every": 10, "fail_at_episode": 55, "fail_until_attempt": 1},
+        }))
+        .await;
+    let hopeless = c
+        .submit(json!({
+            "adapter": "python-trainer",
+            "max_attempts": 2,
+            "params": {"episodes": 100, "fail_at_episode": 30},
+        }))
+        .await;
+
+    let done = c
+        .wait_for_status(retried, TaskStatus::Completed, LONG)
+        .await;
+    assert_eq!(done.task.attempt, 2);
+    assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::Failed));
+    assert!(done.attempts[0]
+        .error
+        .as_deref()
+        .unwrap_or("")
+        .contains("simulated failure at episode 55"));
+    let resumed = done
+        .task
+        .result
+        .unwrap()
+        .metrics
+        .get("resumed_from")
+        .copied()
+        .unwrap_or(0.0);
+    assert_eq!(
+        resumed, 50.0,
+        "attempt 2 resumed from the checkpoint of episode 50"
+    );
+
+    let failed = c.wait_for_status(hopeless, TaskStatus::Failed, LONG).await;
+    assert_eq!(failed.attempts.len(), 2);
+    for a in &failed.attempts {
+        assert_eq!(a.outcome, Some(AttemptOutcome::Failed));
+        assert!(
+            a.error
+                .as_deref()
+                .unwrap_or("")
+                .contains("simulated failure at episode 30"),
+            "{a:?}"
+        );
+    }
+    let error = failed.task.error.unwrap_or_default();
+    assert!(error.starts_with("gave up after 2 attempts"), "{error}");
 }

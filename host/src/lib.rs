@@ -125,7 +125,9 @@ impl RunningHost {
             .is_ok()
         {
             if tokio::time::timeout(timeout, finished).await.is_err() {
-                tracing::warn!("attempts did not stop, or their reports were not acknowledged, in time");
+                tracing::warn!(
+                    "attempts did not stop, or their reports were not acknowledged, in time"
+                );
             }
         }
         for t in self.tasks {
@@ -192,6 +194,7 @@ pub async fn start(
             contact.clone(),
             t.heartbeat_interval,
             t.lease_ttl,
+            t.effective_margin(),
         )),
         tokio::spawn(connection::run(
             connection,

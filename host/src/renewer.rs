@@ -3,11 +3,11 @@
 //! through its [`LeaseHandle`]: a later deadline (handed on to the trainer's
 //! supervisor) or the news that the lease is lost.
 //!
-//! Leases are renewed only while the master has been heard from within the
-//! lease TTL. A host cut off from the master (or from Redis) lets its leases
-//! run out; each trainer's supervisor then kills it before the lease expires
-//! in Redis, so the master can requeue the task without two attempts ever
-//! running at once.
+//! A lease holds while Redis renews it and the master has been heard from
+//! within the lease TTL (less the safety margin). A host cut off from the
+//! master or from Redis lets its deadlines run out; each trainer's
+//! supervisor then kills it before the lease expires in Redis, so the master
+//! can requeue the task without two attempts ever running at once.
 
 use crate::lease::{LeaseLayer, Renewal};
 use crate::process::Deadline;
@@ -149,6 +149,7 @@ pub async fn run(
     contact: Arc<Contact>,
     interval: Duration,
     lease_ttl: Duration,
+    margin: Duration,
 ) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -168,8 +169,19 @@ pub async fn run(
             continue;
         }
         warned_cut_off = false;
+        // Measured before the renewal, like the renewal's own deadline.
+        let heard_for = contact
+            .silence()
+            .map(|silence| lease_ttl.saturating_sub(margin).saturating_sub(silence));
         match lease.renew(&held).await {
-            Ok((deadline, verdicts)) => {
+            Ok((renewed_until, verdicts)) => {
+                // Held while Redis renews it *and* the master was heard from
+                // within a lease TTL: a host cut off from the master stops its
+                // trainers as surely as one cut off from Redis.
+                let deadline = match heard_for {
+                    Some(left) => renewed_until.min(Deadline::after(left)),
+                    None => renewed_until,
+                };
                 for ((_, attempt), verdict) in held.into_iter().zip(verdicts) {
                     if verdict == Renewal::Rebuilt {
                         tracing::warn!(%attempt, "lease was missing from Redis (data lost?); rebuilt it");

@@ -15,11 +15,20 @@ use trainyard_testkit::RedisServer;
 
 fn layer(redis: &RedisServer, host: &str, prefix: &str) -> LeaseLayer {
     let link = Arc::new(RedisLink::new(&redis.url(), Duration::from_secs(2)).unwrap());
-    LeaseLayer::new(link, Keys::new(prefix), HostId::new(host).unwrap(), &Timers::default())
+    LeaseLayer::new(
+        link,
+        Keys::new(prefix),
+        HostId::new(host).unwrap(),
+        &Timers::default(),
+    )
 }
 
 async fn con(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 fn report(host: &str, attempt: AttemptRef) -> AttemptReport {
@@ -52,7 +61,9 @@ async fn taking_a_lease_writes_both_keys_and_the_report_clears_both() {
     // The host's view of the lease ends before Redis's: TTL minus the margin.
     let t = Timers::default();
     assert!(deadline <= before.checked_add(t.lease_ttl));
-    assert!(deadline >= before.checked_add(t.lease_ttl - t.effective_margin() - Duration::from_secs(1)));
+    assert!(
+        deadline >= before.checked_add(t.lease_ttl - t.effective_margin() - Duration::from_secs(1))
+    );
 
     let mut c = con(&redis).await;
     let owner: Option<String> = c.get("task:123:workerId").await.unwrap();
@@ -62,7 +73,10 @@ async fn taking_a_lease_writes_both_keys_and_the_report_clears_both() {
     let ttl: i64 = c.pttl("task:123:workerId").await.unwrap();
     assert!(ttl > 100_000 && ttl <= 120_000, "lease TTL {ttl} ms");
 
-    lease.release(&worker, &report("worker-1", attempt)).await.unwrap();
+    lease
+        .release(&worker, &report("worker-1", attempt))
+        .await
+        .unwrap();
     let owner: Option<String> = c.get("task:123:workerId").await.unwrap();
     let task: Option<String> = c.get("worker:worker-1/0:task").await.unwrap();
     assert_eq!((owner, task), (None, None));
@@ -78,18 +92,41 @@ async fn taking_a_lease_writes_both_keys_and_the_report_clears_both() {
 async fn a_stale_attempts_release_never_deletes_the_newer_lease() {
     let redis = RedisServer::start();
     let (old, new) = (layer(&redis, "old", ""), layer(&redis, "new", ""));
-    let (old_worker, new_worker) = (HostId::new("old").unwrap().worker(0), HostId::new("new").unwrap().worker(0));
-    assert!(matches!(old.acquire(&old_worker, AttemptRef::new(7, 1)).await.unwrap(), Acquired::Granted { .. }));
+    let (old_worker, new_worker) = (
+        HostId::new("old").unwrap().worker(0),
+        HostId::new("new").unwrap().worker(0),
+    );
+    assert!(matches!(
+        old.acquire(&old_worker, AttemptRef::new(7, 1))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
     // Attempt 2 takes over attempt 1's lease (the master gave attempt 1 up).
-    assert!(matches!(new.acquire(&new_worker, AttemptRef::new(7, 2)).await.unwrap(), Acquired::Granted { .. }));
+    assert!(matches!(
+        new.acquire(&new_worker, AttemptRef::new(7, 2))
+            .await
+            .unwrap(),
+        Acquired::Granted { .. }
+    ));
     // Attempt 1 cannot take it back.
-    assert!(matches!(old.acquire(&old_worker, AttemptRef::new(7, 1)).await.unwrap(), Acquired::Held { .. }));
+    assert!(matches!(
+        old.acquire(&old_worker, AttemptRef::new(7, 1))
+            .await
+            .unwrap(),
+        Acquired::Held { .. }
+    ));
     // Its late release leaves attempt 2's lease alone.
-    old.release(&old_worker, &report("old", AttemptRef::new(7, 1))).await.unwrap();
+    old.release(&old_worker, &report("old", AttemptRef::new(7, 1)))
+        .await
+        .unwrap();
     let owner: Option<String> = con(&redis).await.get("task:7:workerId").await.unwrap();
     assert_eq!(owner.as_deref(), Some("new/0@2"));
     // And its renewal learns it was superseded.
-    let (_, verdicts) = old.renew(&[(old_worker, AttemptRef::new(7, 1))]).await.unwrap();
+    let (_, verdicts) = old
+        .renew(&[(old_worker, AttemptRef::new(7, 1))])
+        .await
+        .unwrap();
     assert_eq!(verdicts, vec![Renewal::Superseded]);
 }
 
@@ -99,12 +136,21 @@ async fn a_fenced_attempt_can_neither_take_nor_rebuild_a_lease() {
     let lease = layer(&redis, "h", "");
     let worker = HostId::new("h").unwrap().worker(0);
     let _: () = con(&redis).await.set("task:9:fence", 2).await.unwrap();
-    assert_eq!(lease.acquire(&worker, AttemptRef::new(9, 1)).await.unwrap(), Acquired::Fenced { fence: 2 });
-    let (_, verdicts) = lease.renew(&[(worker.clone(), AttemptRef::new(9, 1))]).await.unwrap();
+    assert_eq!(
+        lease.acquire(&worker, AttemptRef::new(9, 1)).await.unwrap(),
+        Acquired::Fenced { fence: 2 }
+    );
+    let (_, verdicts) = lease
+        .renew(&[(worker.clone(), AttemptRef::new(9, 1))])
+        .await
+        .unwrap();
     assert_eq!(verdicts, vec![Renewal::Fenced]);
     let owner: Option<String> = con(&redis).await.get("task:9:workerId").await.unwrap();
     assert_eq!(owner, None);
-    assert!(matches!(lease.acquire(&worker, AttemptRef::new(9, 2)).await.unwrap(), Acquired::Granted { .. }));
+    assert!(matches!(
+        lease.acquire(&worker, AttemptRef::new(9, 2)).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
 }
 
 #[tokio::test]
@@ -144,6 +190,8 @@ async fn a_dead_redis_is_an_error_not_a_lease() {
     let mut redis = RedisServer::start();
     let lease = layer(&redis, "h", "");
     redis.kill();
-    let err = lease.acquire(&HostId::new("h").unwrap().worker(0), AttemptRef::new(1, 1)).await;
+    let err = lease
+        .acquire(&HostId::new("h").unwrap().worker(0), AttemptRef::new(1, 1))
+        .await;
     assert!(err.is_err(), "{err:?}");
 }

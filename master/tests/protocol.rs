@@ -44,7 +44,12 @@ struct Setup {
 
 async fn master_with(configure: impl FnOnce(&mut MasterConfig), redis: RedisServer) -> Setup {
     let db = fresh_sqlite();
-    let mut config = MasterConfig::local(&db.url, &redis.url(), ClusterSecret::new(SECRET.to_vec()).unwrap(), "token");
+    let mut config = MasterConfig::local(
+        &db.url,
+        &redis.url(),
+        ClusterSecret::new(SECRET.to_vec()).unwrap(),
+        "token",
+    );
     config.timers = timers();
     config.known_adapters = vec!["noop".into()];
     configure(&mut config);
@@ -69,10 +74,17 @@ struct FakeHost {
 
 impl FakeHost {
     async fn connect(s: &Setup, id: &str, running: Vec<RunningAttempt>) -> FakeHost {
-        Self::connect_with(s, id, running, SECRET).await.expect("welcomed")
+        Self::connect_with(s, id, running, SECRET)
+            .await
+            .expect("welcomed")
     }
 
-    async fn connect_with(s: &Setup, id: &str, running: Vec<RunningAttempt>, secret: &[u8]) -> Result<FakeHost, String> {
+    async fn connect_with(
+        s: &Setup,
+        id: &str,
+        running: Vec<RunningAttempt>,
+        secret: &[u8],
+    ) -> Result<FakeHost, String> {
         let stream = TcpStream::connect(s.master.hosts_addr).await.unwrap();
         let mut frames = Framed::new(stream, MessageCodec::new(1 << 20));
         let Some(Ok(MasterMessage::Challenge(challenge))) = frames.next().await else {
@@ -146,7 +158,9 @@ async fn submit_noop(s: &Setup) -> u64 {
 }
 
 async fn status(s: &Setup, id: u64) -> (TaskStatus, u32, Option<String>) {
-    let store = trainyard_master::store::Store::connect(&s.db.url).await.unwrap();
+    let store = trainyard_master::store::Store::connect(&s.db.url)
+        .await
+        .unwrap();
     let t = store.task(id).await.unwrap().unwrap().task;
     (t.status, t.attempt, t.host)
 }
@@ -201,7 +215,11 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     let first = dispatch_of(&d).unwrap();
     // Accepted, but (being fake) it never writes the lease: the sweep sees
     // the lease lapse and gives the attempt away.
-    a.send(HostMessage::Accepted { attempt: first, slot: 0 }).await;
+    a.send(HostMessage::Accepted {
+        attempt: first,
+        slot: 0,
+    })
+    .await;
     wait_status(&s, id, TaskStatus::Running).await;
     wait_status(&s, id, TaskStatus::Pending).await;
     let mut b = FakeHost::connect(&s, "host-b", vec![]).await;
@@ -211,15 +229,24 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     // host-a comes back still running attempt 1.
     drop(a);
     let mut a = FakeHost::connect(&s, "host-a", running(first)).await;
-    let stop = a.expect("stop", |m| matches!(m, MasterMessage::Stop { .. })).await;
-    let MasterMessage::Stop { attempt, reason } = stop else { unreachable!() };
+    let stop = a
+        .expect("stop", |m| matches!(m, MasterMessage::Stop { .. }))
+        .await;
+    let MasterMessage::Stop { attempt, reason } = stop else {
+        unreachable!()
+    };
     assert_eq!(attempt, first);
     assert!(reason.contains("superseded by attempt 2"), "{reason}");
     // Its late report of attempt 1 is acknowledged and changes nothing.
     a.send(report("host-a", first)).await;
-    a.expect("ack", |m| matches!(m, MasterMessage::ReportAck { .. })).await;
+    a.expect("ack", |m| matches!(m, MasterMessage::ReportAck { .. }))
+        .await;
     assert_eq!(status(&s, id).await.0, TaskStatus::Dispatched);
-    b.send(HostMessage::Accepted { attempt: second, slot: 0 }).await;
+    b.send(HostMessage::Accepted {
+        attempt: second,
+        slot: 0,
+    })
+    .await;
     b.send(report("host-b", second)).await;
     assert_eq!(wait_status(&s, id, TaskStatus::Completed).await.1, 2);
 }
@@ -229,13 +256,21 @@ async fn a_stale_lease_found_at_start_up_has_its_host_told_to_stop() {
     let redis = RedisServer::start();
     // A lease of task 77's attempt 1, left by a host from before the restart;
     // the database knows no such live attempt.
-    let mut con = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let _: () = con.set("worker:host-z/0:task", "77@1").await.unwrap();
     let _: () = con.set("task:77:workerId", "host-z/0@1").await.unwrap();
     let s = master_with(|_| {}, redis).await;
     let mut z = FakeHost::connect(&s, "host-z", vec![]).await;
-    let stop = z.expect("stop", |m| matches!(m, MasterMessage::Stop { .. })).await;
-    assert!(matches!(stop, MasterMessage::Stop { attempt, .. } if attempt == AttemptRef::new(77, 1)));
+    let stop = z
+        .expect("stop", |m| matches!(m, MasterMessage::Stop { .. }))
+        .await;
+    assert!(
+        matches!(stop, MasterMessage::Stop { attempt, .. } if attempt == AttemptRef::new(77, 1))
+    );
 }
 
 #[tokio::test]
@@ -254,9 +289,15 @@ async fn reports_for_tasks_a_host_was_never_given_change_nothing() {
     // And a report of a task nobody was given.
     b.send(report("host-b", AttemptRef::new(9999, 1))).await;
     b.heartbeat(vec![]).await;
-    b.expect("heartbeat ack", |m| matches!(m, MasterMessage::HeartbeatAck)).await;
+    b.expect("heartbeat ack", |m| {
+        matches!(m, MasterMessage::HeartbeatAck)
+    })
+    .await;
     let (st, att, host) = status(&s, id).await;
-    assert_eq!((st, att, host.as_deref()), (TaskStatus::Running, 1, Some("host-a")));
+    assert_eq!(
+        (st, att, host.as_deref()),
+        (TaskStatus::Running, 1, Some("host-a"))
+    );
 
     // The real owner's report completes it.
     a.send(report("host-a", attempt)).await;
@@ -296,17 +337,33 @@ async fn closed_within(stream: &mut TcpStream, timeout: Duration) -> bool {
 #[tokio::test]
 async fn strangers_that_send_garbage_are_cut_off_without_harming_connected_hosts() {
     // host-a stays quiet during the test; it must not be idle-timed out.
-    let s = master_with(|c| c.timers.idle_timeout = Duration::from_secs(30), RedisServer::start()).await;
+    let s = master_with(
+        |c| c.timers.idle_timeout = Duration::from_secs(30),
+        RedisServer::start(),
+    )
+    .await;
     let mut a = FakeHost::connect(&s, "host-a", vec![]).await;
 
     // A heartbeat before any handshake.
-    let mut early = Framed::new(TcpStream::connect(s.master.hosts_addr).await.unwrap(), MessageCodec::<MasterMessage, HostMessage>::new(1 << 20));
+    let mut early = Framed::new(
+        TcpStream::connect(s.master.hosts_addr).await.unwrap(),
+        MessageCodec::<MasterMessage, HostMessage>::new(1 << 20),
+    );
     early.next().await;
-    early.send(HostMessage::Heartbeat { running: vec![] }).await.unwrap();
-    assert!(matches!(early.next().await, Some(Ok(MasterMessage::Refused { .. }))));
+    early
+        .send(HostMessage::Heartbeat { running: vec![] })
+        .await
+        .unwrap();
+    assert!(matches!(
+        early.next().await,
+        Some(Ok(MasterMessage::Refused { .. }))
+    ));
     // Garbage bytes.
     let mut garbage = TcpStream::connect(s.master.hosts_addr).await.unwrap();
-    garbage.write_all(&[0, 0, 0, 8, 0xc1, 0xc1, 0xc1, 0xc1, 0xff, 0xff, 0xff, 0xff]).await.unwrap();
+    garbage
+        .write_all(&[0, 0, 0, 8, 0xc1, 0xc1, 0xc1, 0xc1, 0xff, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
     assert!(closed_within(&mut garbage, Duration::from_secs(5)).await);
     // A frame declaring 4 GiB: cut off at once, not after 4 GiB.
     let mut huge = TcpStream::connect(s.master.hosts_addr).await.unwrap();
@@ -325,7 +382,10 @@ async fn strangers_that_send_garbage_are_cut_off_without_harming_connected_hosts
     let attempt = dispatch_of(&a.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
     assert_eq!(attempt, AttemptRef::new(id, 1));
     let hosts = s.master.scheduler.hosts().await.unwrap();
-    assert_eq!(hosts.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), vec!["host-a"]);
+    assert_eq!(
+        hosts.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(),
+        vec!["host-a"]
+    );
     // After the handshake, a garbage frame closes that host's connection only.
     let mut bytes = BytesMut::new();
     bytes.extend_from_slice(&[0, 0, 0, 2, 0xc1, 0xc1]);
@@ -351,5 +411,8 @@ async fn connections_beyond_the_limit_are_refused() {
     let _a = FakeHost::connect(&s, "host-a", vec![]).await;
     let _b = FakeHost::connect(&s, "host-b", vec![]).await;
     let mut third = TcpStream::connect(s.master.hosts_addr).await.unwrap();
-    assert!(closed_within(&mut third, Duration::from_millis(1500)).await, "a third connection was kept open");
+    assert!(
+        closed_within(&mut third, Duration::from_millis(1500)).await,
+        "a third connection was kept open"
+    );
 }

@@ -46,7 +46,8 @@ pub struct Shared {
     /// Components this runtime has compiled or loaded, by the SHA-256 of
     /// their bytes: hosts sharing a runtime (light hosts in one process)
     /// load the same adapter once.
-    pub compiled: std::sync::Mutex<std::collections::HashMap<[u8; 32], wasmtime::component::Component>>,
+    pub compiled:
+        std::sync::Mutex<std::collections::HashMap<[u8; 32], wasmtime::component::Component>>,
     _ticker: EpochTicker,
 }
 
