@@ -149,6 +149,19 @@ async fn an_unknown_adapter_or_a_malformed_request_is_refused_and_nothing_is_sto
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 401);
+    let response = http
+        .post(&url)
+        .bearer_auth("guessed-token")
+        .json(&json!({"adapter": "noop"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let cancel = format!("{}/v1/tasks/1/cancel", c.cluster.settings.api.url);
+    assert_eq!(
+        http.post(&cancel).send().await.unwrap().status().as_u16(),
+        401
+    );
 
     assert!(
         c.client()

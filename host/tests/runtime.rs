@@ -852,8 +852,14 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_replaced() {
     assert_eq!(std::fs::read(file).unwrap(), compiled);
     assert_eq!(noop.info().name, "noop");
 
-    // A corrupt cache file is compiled again and replaced.
+    // The same runtime keeps what it loaded in memory: no file is read.
     std::fs::write(file, b"not a compiled component").unwrap();
+    let again = load(&restarted, "noop").await;
+    assert_eq!(again.info().name, "noop");
+    assert_eq!(std::fs::read(file).unwrap(), b"not a compiled component");
+
+    // Another restart finds the corrupt file, compiles again and replaces it.
+    let restarted = AdapterRuntime::new(config.clone()).unwrap();
     let noop = load(&restarted, "noop").await;
     let attempt = Attempt::new(14);
     let mut instance = noop.instantiate(attempt.context.clone()).await.unwrap();

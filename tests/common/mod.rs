@@ -68,6 +68,8 @@ pub struct Setup {
     pub timers: Timers,
     pub slots: u32,
     pub adapters: Vec<(&'static str, Vec<&'static str>)>,
+    /// Last word on the settings before they are written.
+    pub configure: fn(&mut trainyard::settings::Settings),
 }
 
 impl Setup {
@@ -77,6 +79,7 @@ impl Setup {
             timers: fast_timers(),
             slots: 1,
             adapters: vec![("python-trainer", vec!["python3"]), ("noop", vec!["true"])],
+            configure: |_| {},
         }
     }
 }
@@ -104,6 +107,7 @@ impl TestCluster {
             "RUST_LOG".into(),
             "info,trainyard_host=debug,trainyard_master=debug".into(),
         ));
+        (setup.configure)(&mut cluster.settings);
         cluster.write_config().expect("config");
         TestCluster {
             cluster,

@@ -52,6 +52,9 @@ pub enum Attack {
     HugeError(Phase),
     /// Report environment, arguments, network and clock access in `finish`.
     Probe { tcp: Vec<String> },
+    /// Launch `python3` to write the names of its environment variables
+    /// into the workspace; `finish` reports them.
+    DumpEnv,
 }
 
 /// One of the calls an attempt makes on the adapter.
@@ -139,6 +142,7 @@ pub fn parse(params: &str) -> Result<Attack, String> {
             Some("finish") => Phase::Finish,
             Some(other) => return Err(format!("\"in\" must be prepare or finish, not {other:?}")),
         }),
+        "dump-env" => Attack::DumpEnv,
         "probe" => Attack::Probe {
             tcp: strings(&map, "tcp")?.unwrap_or_default(),
         },

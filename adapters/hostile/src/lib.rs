@@ -27,7 +27,7 @@ use attack::{Attack, Phase};
 use bindings::exports::trainyard::adapter::adapter::Guest;
 use bindings::trainyard::adapter::host::{log, LogLevel};
 use bindings::trainyard::adapter::types::{
-    AdapterInfo, Command, ExitReport, LaunchPlan, Metric, Progress, Task, TaskError, TaskResult,
+    AdapterInfo, Command, EnvVar, ExitReport, LaunchPlan, Metric, Progress, Task, TaskError, TaskResult,
 };
 use serde_json::{json, Value};
 use std::sync::Mutex;
@@ -95,6 +95,13 @@ impl Guest for Hostile {
                 }),
             },
             Attack::HugePlan(shape) => oversized::plan(*shape),
+            // Output attacks need output: a trainer that prints lines.
+            Attack::Loop(Phase::Output) | Attack::ProgressFlood { .. } => python(
+                "for i in range(100): print(i, flush=True)",
+            ),
+            Attack::DumpEnv => python(
+                "import os, json; open('env.json', 'w').write(json.dumps(sorted(os.environ)))",
+            ),
             Attack::LogFlood { records } => {
                 for i in 0..*records {
                     log(LogLevel::Info, &format!("hostile log flood, record {i}"));
@@ -137,6 +144,10 @@ impl Guest for Hostile {
             Attack::ReadSymlink { targets, .. } => observed
                 .extend((0..targets.len()).map(|i| probe::read(&format!("/workspace/leak-{i}")))),
             Attack::Probe { tcp } => observed.push(probe::environment(&tcp)),
+            Attack::DumpEnv => observed.push(match std::fs::read_to_string("/workspace/env.json") {
+                Ok(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
+                Err(e) => json!({ "error": e.to_string() }),
+            }),
             _ => {}
         }
         Ok(TaskResult {
@@ -147,6 +158,21 @@ impl Guest for Hostile {
             checkpoint: None,
             summary: Some(json!({ "observed": observed }).to_string()),
         })
+    }
+}
+
+/// A plan running `python3 -c <code>`.
+fn python(code: &str) -> LaunchPlan {
+    LaunchPlan {
+        files: Vec::new(),
+        command: Some(Command {
+            program: "python3".to_owned(),
+            args: vec!["-c".to_owned(), code.to_owned()],
+            env: vec![EnvVar {
+                name: "SET_BY_ADAPTER".to_owned(),
+                value: "1".to_owned(),
+            }],
+        }),
     }
 }
 
