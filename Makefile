@@ -26,16 +26,23 @@ demo: build
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_REDIS_URL)"; exit 1; }
 	./target/debug/trainyard demo
 
-test: build
+# `cargo test` builds the binaries the integration tests start, with the
+# features the tests unify; building them first with `cargo build` would
+# compile most dependencies twice.
+test: adapters
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
 	$(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory -C adapters test
 
+# Every benchmark at full size, in release mode; the table also goes to
+# target/bench.md. Not a test: figures are reported, never asserted.
 bench: adapters
+	@command -v redis-server >/dev/null || { echo "redis-server not found: install the Debian package redis-server"; exit 1; }
+	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
 	$(CARGO) build --release --workspace --bins
-	./target/release/trainyard-bench all
+	./target/release/trainyard-bench all --markdown target/bench.md
 
 fmt:
 	$(CARGO) fmt --all

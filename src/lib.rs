@@ -15,7 +15,9 @@
 //!   benchmarks and tests use it).
 //! - [`demo`]: `trainyard demo`.
 //! - [`logging`]: tracing set-up.
+//! - [`bench`]: the benchmarks of `make bench` (`trainyard-bench`).
 
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod cluster;

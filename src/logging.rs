@@ -4,11 +4,18 @@
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(
-            "warn,trainyard=info,trainyard_master=info,trainyard_host=info,trainyard_proto=info",
-        )
-    });
+    init_with("warn,trainyard=info,trainyard_master=info,trainyard_host=info,trainyard_proto=info");
+}
+
+/// Errors only unless `RUST_LOG` says otherwise: for tools that run many
+/// in-process hosts (the benchmarks), whose routine warnings (a connection
+/// lost when the master is killed on purpose) would drown the output.
+pub fn init_quiet() {
+    init_with("error");
+}
+
+fn init_with(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -122,7 +122,24 @@ pub async fn terminated() {
     }
 }
 
+/// Raises the open-file limit to its hard limit: a master holds a socket
+/// per host, a host one per slot's trainer pipes. The soft default (often
+/// 1024) is too low for a fleet of a thousand hosts.
+pub fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(soft, hard, error = %e, "cannot raise the open-file limit");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
+    }
+}
+
 pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
+    raise_open_file_limit();
     let config = master_config(s)?;
     let master = trainyard_master::start(config).await?;
     terminated().await;
@@ -132,6 +149,7 @@ pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
 }
 
 pub async fn run_host(s: &Settings) -> anyhow::Result<()> {
+    raise_open_file_limit();
     let config = host_config(s)?;
     let runtime = AdapterRuntime::new(config.runtime.clone())?;
     let grace = config.timers.stop_grace + Duration::from_secs(2);

@@ -112,6 +112,7 @@ pub async fn run(
     let mut run = Run {
         env: &env,
         attempt,
+        slot,
         events: &events,
         progress: Throttle::new(env.config.progress_interval),
     };
@@ -133,15 +134,16 @@ pub async fn run(
         // The report still goes over the connection; the lease runs out.
         tracing::warn!(%attempt, error = %e, "could not release the lease and store the report in Redis");
     }
-    tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
-    let _ = events.send(AttemptEvent::Finished { slot, report }).await;
+    // Emptied before the slot is free: its next attempt reuses the directory.
     if let Some(ws) = workspace {
         if !env.config.keep_workspaces {
-            if let Err(e) = ws.remove() {
-                tracing::warn!(%attempt, error = %e, "could not remove the workspace");
+            if let Err(e) = ws.clear() {
+                tracing::warn!(%attempt, error = %e, "could not empty the workspace");
             }
         }
     }
+    tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
+    let _ = events.send(AttemptEvent::Finished { slot, report }).await;
 }
 
 pub fn outcome_name(o: &Outcome) -> &'static str {
@@ -178,6 +180,8 @@ enum Ended {
 struct Run<'a> {
     env: &'a AttemptEnv,
     attempt: AttemptRef,
+    /// The host's slot the attempt runs in.
+    slot: u32,
     events: &'a mpsc::Sender<AttemptEvent>,
     progress: Throttle,
 }
@@ -191,7 +195,14 @@ impl Run<'_> {
         lease: &mut tokio::sync::watch::Receiver<LeaseState>,
     ) -> (Outcome, Option<Workspace>) {
         let config = &self.env.config;
-        let workspace = match Workspace::create(&config.work_dir, self.attempt) {
+        // Kept workspaces are per attempt, for looking at afterwards; the
+        // others are the slot's, emptied between attempts.
+        let workspace = if config.keep_workspaces {
+            Workspace::create(&config.work_dir, self.attempt)
+        } else {
+            Workspace::for_slot(&config.work_dir, config.id.as_str(), self.slot)
+        };
+        let workspace = match workspace {
             Ok(w) => w,
             Err(e) => {
                 return (

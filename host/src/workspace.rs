@@ -54,7 +54,13 @@ impl Workspace {
     /// A fresh, empty directory `base/<task>-<attempt>` (mode 0700),
     /// replacing any leftover of the same name. `base` is created if missing.
     pub fn create(base: &Path, attempt: AttemptRef) -> Result<Workspace, WorkspaceError> {
-        let path = base.join(format!("{}-{}", attempt.task, attempt.attempt));
+        Self::create_at(
+            base,
+            base.join(format!("{}-{}", attempt.task, attempt.attempt)),
+        )
+    }
+
+    fn create_at(base: &Path, path: PathBuf) -> Result<Workspace, WorkspaceError> {
         let create_error = |source| WorkspaceError::Create {
             dir: path.clone(),
             source,
@@ -74,6 +80,35 @@ impl Workspace {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).map_err(create_error)?;
         let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(create_error)?;
         Ok(Workspace { path, dir })
+    }
+
+    /// The workspace of one slot of one host, `base/<host>-slot-<n>`, empty:
+    /// kept between the slot's attempts and emptied for each, so a host
+    /// running many short attempts does not create and delete a directory
+    /// for every one (on ext4, inode allocation after heavy churn costs more
+    /// than the rest of a no-work attempt). Falls back to creating it afresh
+    /// if it is missing, not a directory, or cannot be emptied.
+    pub fn for_slot(base: &Path, host: &str, slot: u32) -> Result<Workspace, WorkspaceError> {
+        let path = base.join(format!("{host}-slot-{slot}"));
+        let reusable = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if reusable && empty_tree(&path).is_ok() {
+            let open = || -> io::Result<Dir> {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
+                Dir::open_ambient_dir(&path, ambient_authority())
+            };
+            if let Ok(dir) = open() {
+                return Ok(Workspace { path, dir });
+            }
+        }
+        Self::create_at(base, path)
+    }
+
+    /// Removes everything in the workspace and keeps the directory (see
+    /// [`Workspace::for_slot`]).
+    pub fn clear(self) -> Result<(), WorkspaceError> {
+        let Workspace { path, dir } = self;
+        drop(dir);
+        empty_tree(&path).map_err(|source| WorkspaceError::Remove { dir: path, source })
     }
 
     pub fn path(&self) -> &Path {
@@ -243,6 +278,27 @@ fn file_kind(file_type: FileType) -> &'static str {
 /// what they point to. A trainer may have left directories without write
 /// permission, which would stop the removal: those are opened up and the
 /// removal tried again.
+/// Removes the content of a directory, never following a symlink (a
+/// symlink entry is removed, not what it points to).
+fn empty_tree(path: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            grant_owner_access(path)?;
+            fs::read_dir(path)?
+        }
+        other => other?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 fn remove_tree(path: &Path) -> io::Result<()> {
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {

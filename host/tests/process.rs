@@ -549,7 +549,14 @@ async fn fifty_trainers_at_once_all_work_and_leak_no_descriptors() {
         seen.insert(n);
     }
     assert_eq!(seen.len(), 50);
-    assert_eq!(open_descriptors(), before, "descriptors leaked");
+    // Descriptors of a test that ran just before (a dropped trainer's
+    // clean-up) may close a moment later; a leak stays open.
+    let until = Instant::now() + Duration::from_secs(3);
+    while open_descriptors() > before && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = open_descriptors();
+    assert!(after <= before, "descriptors leaked: {before} open before, {after} after");
 }
 
 #[test]

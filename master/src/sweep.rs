@@ -3,9 +3,17 @@
 //! in a bounded number of round trips whatever the number of tasks; and the
 //! fence that makes giving up an attempt final.
 //!
-//! Round trips per sweep: one `MULTI` block (epoch, pending reports, `MGET`
-//! of every owner key), one `MGET` of the pending reports if there are any,
-//! and one script call fencing every attempt given up in that sweep.
+//! Round trips per sweep, whatever the number of live tasks (each function
+//! here returns how many it made, so the scheduler can show them):
+//! - [`observe`]: one `MULTI` block (epoch, pending reports, `MGET` of every
+//!   owner key), plus one `MGET` of the pending reports if there are any;
+//! - [`ensure_epoch`]: one, only when Redis lost (or never had) its epoch;
+//! - [`forget_reports`]: one, only when the snapshot held dangling entries;
+//! - [`fence`]: one script call fencing every attempt given up in that sweep,
+//!   two when Redis does not have the script cached yet.
+//!
+//! Together at most [`MAX_ROUND_TRIPS`]; a quiet sweep (no reports, nothing
+//! given up) makes exactly one.
 
 use crate::recovery::Lease;
 use redis::aio::ConnectionManager;
@@ -15,6 +23,10 @@ use std::time::Duration;
 use trainyard_proto::keys::{self, Keys};
 use trainyard_proto::messages::AttemptReport;
 use trainyard_proto::{AttemptRef, TaskId};
+
+/// The most round trips one sweep makes: two to observe, one to recreate
+/// the epoch, one to drop dangling reports, two to fence.
+pub const MAX_ROUND_TRIPS: u32 = 6;
 
 /// What Redis held at one instant.
 #[derive(Debug, Default)]
@@ -29,6 +41,8 @@ pub struct Snapshot {
     pub dangling: Vec<AttemptRef>,
     /// Entries of `reports:pending` that are not attempt references at all.
     pub garbage: Vec<String>,
+    /// Requests made to read all this: 1, or 2 when reports were pending.
+    pub round_trips: u32,
 }
 
 /// Reads the snapshot for these live tasks.
@@ -71,6 +85,7 @@ pub async fn observe(
     let mut snapshot = Snapshot {
         epoch,
         leases,
+        round_trips: 1,
         ..Snapshot::default()
     };
     let mut attempts = vec![];
@@ -83,6 +98,7 @@ pub async fn observe(
     if !attempts.is_empty() {
         let report_keys: Vec<String> = attempts.iter().map(|a| keys.task_report(*a)).collect();
         let bodies: Vec<Option<Vec<u8>>> = con.mget(report_keys).await?;
+        snapshot.round_trips += 1;
         for (attempt, body) in attempts.into_iter().zip(bodies) {
             match body.map(|b| trainyard_proto::frame::decode::<AttemptReport>(&b)) {
                 Some(Ok(report)) if report.attempt == attempt => snapshot.reports.push(report),
@@ -97,42 +113,94 @@ pub async fn observe(
     Ok(snapshot)
 }
 
-/// Fences the given attempts (task, attempt given up). Returns, aligned with
-/// the input, whether each was fenced; one that was not has a lease or a
-/// report again and must be left alone.
+/// The fence's verdicts, aligned with the attempts given.
+#[derive(Debug, Default)]
+pub struct Fenced {
+    /// Whether each attempt was fenced; one that was not has a lease or a
+    /// report again and must be left alone.
+    pub verdicts: Vec<bool>,
+    /// 0 when nothing was given up, else 1 (2 if Redis had to be sent the
+    /// script first).
+    pub round_trips: u32,
+}
+
+/// Fences the given attempts (task, attempt given up), all in one script
+/// call.
 pub async fn fence(
     con: &mut ConnectionManager,
     keys: &Keys,
     given_up: &[AttemptRef],
     ttl: Duration,
-) -> redis::RedisResult<Vec<bool>> {
+) -> redis::RedisResult<Fenced> {
     if given_up.is_empty() {
-        return Ok(vec![]);
+        return Ok(Fenced::default());
     }
-    static SCRIPT: std::sync::LazyLock<redis::Script> =
-        std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/fence.lua")));
-    let mut invocation = SCRIPT.prepare_invoke();
-    invocation.arg(ttl.as_millis().max(1) as u64);
+    let mut script_keys = Vec::with_capacity(given_up.len() * 3);
+    let mut args = Vec::with_capacity(given_up.len() + 1);
+    args.push(ttl.as_millis().max(1) as u64);
     for a in given_up {
-        invocation
-            .key(keys.task_owner(a.task))
-            .key(keys.task_fence(a.task))
-            .key(keys.task_report(*a))
-            .arg(a.attempt + 1);
+        script_keys.push(keys.task_owner(a.task));
+        script_keys.push(keys.task_fence(a.task));
+        script_keys.push(keys.task_report(*a));
+        args.push(u64::from(a.attempt) + 1);
     }
-    let fenced: Vec<i64> = invocation.invoke_async(con).await?;
-    Ok(fenced.into_iter().map(|f| f == 1).collect())
+    let (fenced, round_trips): (Vec<i64>, u32) =
+        run_script(con, &FENCE, &script_keys, &args).await?;
+    Ok(Fenced {
+        verdicts: fenced.into_iter().map(|f| f == 1).collect(),
+        round_trips,
+    })
 }
 
-/// Removes recorded (or dangling) reports from Redis.
+static FENCE: std::sync::LazyLock<FenceScript> = std::sync::LazyLock::new(|| {
+    let source = include_str!("lua/fence.lua");
+    FenceScript {
+        source,
+        sha: redis::Script::new(source).get_hash().to_string(),
+    }
+});
+
+/// A Lua script and its SHA1, under which Redis caches it.
+struct FenceScript {
+    source: &'static str,
+    sha: String,
+}
+
+/// `EVALSHA`, falling back to `EVAL` (which caches the script) when Redis
+/// does not know the script — its first use, or after Redis restarted.
+/// `redis::Script::invoke_async` does the same with a `SCRIPT LOAD` in
+/// between; done here so the round trips it takes can be counted.
+async fn run_script<T: redis::FromRedisValue>(
+    con: &mut ConnectionManager,
+    script: &FenceScript,
+    keys: &[String],
+    args: &[u64],
+) -> redis::RedisResult<(T, u32)> {
+    let call = |command: &str, body: &str| {
+        let mut cmd = redis::cmd(command);
+        cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    };
+    match call("EVALSHA", &script.sha).query_async(con).await {
+        Ok(value) => Ok((value, 1)),
+        Err(e) if e.kind() == redis::ErrorKind::NoScriptError => {
+            let value = call("EVAL", script.source).query_async(con).await?;
+            Ok((value, 2))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes recorded (or dangling) reports from Redis, in one pipeline.
+/// Returns the round trips made: 0 when there is nothing to remove, else 1.
 pub async fn forget_reports(
     con: &mut ConnectionManager,
     keys: &Keys,
     done: &[AttemptRef],
     garbage: &[String],
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<u32> {
     if done.is_empty() && garbage.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
     let mut pipe = redis::pipe();
     let report_keys: Vec<String> = done.iter().map(|a| keys.task_report(*a)).collect();
@@ -145,18 +213,115 @@ pub async fn forget_reports(
         .chain(garbage.iter().cloned())
         .collect();
     pipe.srem(keys.pending_reports(), members).ignore();
-    pipe.query_async::<()>(con).await
+    pipe.query_async::<()>(con).await?;
+    Ok(1)
 }
 
-/// Reads the dataset's epoch, creating it if Redis has none. Returns the
-/// epoch now in Redis.
+/// Reads the dataset's epoch, creating it if Redis has none, in one round
+/// trip. Returns the epoch now in Redis (another master's, if it won).
 pub async fn ensure_epoch(con: &mut ConnectionManager, keys: &Keys) -> redis::RedisResult<String> {
     let fresh = trainyard_proto::auth::ClusterSecret::generate_hex();
-    let _: Option<String> = redis::cmd("SET")
+    let (epoch,): (String,) = redis::pipe()
+        .cmd("SET")
         .arg(keys.epoch())
         .arg(&fresh)
         .arg("NX")
+        .ignore()
+        .get(keys.epoch())
         .query_async(con)
         .await?;
-    con.get(keys.epoch()).await
+    Ok(epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_proto::HostId;
+    use trainyard_testkit::RedisServer;
+
+    async fn connect(redis: &RedisServer) -> ConnectionManager {
+        redis::Client::open(redis.url())
+            .unwrap()
+            .get_connection_manager()
+            .await
+            .unwrap()
+    }
+
+    /// Writes the owner key of attempt 1 of tasks `1..=n`, as hosts do.
+    async fn hold_leases(con: &mut ConnectionManager, keys: &Keys, n: u64) -> Vec<TaskId> {
+        let tasks: Vec<TaskId> = (1..=n).collect();
+        let mut pipe = redis::pipe();
+        for task in &tasks {
+            let worker = HostId::new(format!("h{}", task % 10))
+                .unwrap()
+                .worker((*task / 10) as u32);
+            pipe.set(keys.task_owner(*task), keys::owner_value(&worker, 1))
+                .ignore();
+        }
+        pipe.query_async::<()>(con).await.unwrap();
+        tasks
+    }
+
+    #[tokio::test]
+    async fn observing_2000_live_tasks_takes_as_few_round_trips_as_observing_10() {
+        let redis = RedisServer::start();
+        let mut con = connect(&redis).await;
+        let keys = Keys::new("rt:");
+        let tasks = hold_leases(&mut con, &keys, 2000).await;
+
+        let few = observe(&mut con, &keys, &tasks[..10]).await.unwrap();
+        let many = observe(&mut con, &keys, &tasks).await.unwrap();
+        assert_eq!((few.round_trips, many.round_trips), (1, 1));
+        assert_eq!(many.leases.len(), 2000);
+        assert!(many
+            .leases
+            .values()
+            .all(|l| matches!(l, Lease::Held { attempt: 1, .. })));
+
+        // A pending report costs one more read, however many tasks are live.
+        let _: () = redis::cmd("SADD")
+            .arg(keys.pending_reports())
+            .arg(keys::attempt_value(AttemptRef::new(5, 1)))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let few = observe(&mut con, &keys, &tasks[..10]).await.unwrap();
+        let many = observe(&mut con, &keys, &tasks).await.unwrap();
+        assert_eq!((few.round_trips, many.round_trips), (2, 2));
+        assert_eq!(many.dangling, vec![AttemptRef::new(5, 1)]);
+    }
+
+    #[tokio::test]
+    async fn fencing_2000_lapsed_attempts_is_one_script_call_once_redis_has_the_script() {
+        let redis = RedisServer::start();
+        let mut con = connect(&redis).await;
+        let keys = Keys::new("rt:");
+        let lapsed: Vec<AttemptRef> = (1..=2000).map(|t| AttemptRef::new(t, 1)).collect();
+        let ttl = Duration::from_secs(60);
+
+        let first = fence(&mut con, &keys, &lapsed[..1000], ttl).await.unwrap();
+        // Redis has never seen the script: EVALSHA is refused, EVAL caches it.
+        assert_eq!(first.round_trips, 2);
+        let second = fence(&mut con, &keys, &lapsed[1000..], ttl).await.unwrap();
+        assert_eq!(second.round_trips, 1);
+        assert!(first.verdicts.iter().chain(&second.verdicts).all(|f| *f));
+        let fences: Vec<Option<u32>> = con
+            .mget(vec![keys.task_fence(1), keys.task_fence(2000)])
+            .await
+            .unwrap();
+        assert_eq!(fences, vec![Some(2), Some(2)]);
+        assert_eq!(
+            fence(&mut con, &keys, &[], ttl).await.unwrap().round_trips,
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn writing_a_lost_epoch_again_keeps_the_one_already_there() {
+        let redis = RedisServer::start();
+        let mut con = connect(&redis).await;
+        let keys = Keys::new("rt:");
+        let first = ensure_epoch(&mut con, &keys).await.unwrap();
+        assert_eq!(ensure_epoch(&mut con, &keys).await.unwrap(), first);
+    }
 }

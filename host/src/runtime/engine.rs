@@ -112,6 +112,12 @@ pub fn memory_limit_pages_bytes(limit: u64) -> u64 {
     limit.div_ceil(WASM_PAGE) * WASM_PAGE
 }
 
+/// Bytes of an instance's linear memory reset in place when its slot is
+/// reused; beyond it, pages go back to the kernel.
+const KEEP_RESIDENT: usize = 1 << 20;
+/// Slots whose memory is decommitted together.
+const DECOMMIT_BATCH: usize = 16;
+
 fn engine_config(config: &RuntimeConfig, pooling: bool) -> Config {
     let mut c = Config::new();
     c.epoch_interruption(true);
@@ -130,7 +136,16 @@ fn engine_config(config: &RuntimeConfig, pooling: bool) -> Config {
             .total_stacks(instances)
             // The limiter refuses growth past the limit first (and records
             // it); the pool's own bound only has to be no lower.
-            .max_memory_size(memory_limit_pages_bytes(config.memory_limit) as usize);
+            .max_memory_size(memory_limit_pages_bytes(config.memory_limit) as usize)
+            // Reusing a slot: reset the pages an instance dirtied with
+            // `memset` (found with PAGEMAP_SCAN where the kernel has it) up
+            // to this much, instead of `madvise`, whose TLB shootdowns cost
+            // every thread of the host an interrupt per finished attempt.
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT / 8)
+            // What still needs `madvise` is decommitted in batches.
+            .decommit_batch_size(DECOMMIT_BATCH);
         c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     c

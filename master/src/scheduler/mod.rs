@@ -22,6 +22,8 @@ mod recover;
 mod reports;
 pub mod state;
 
+pub use recover::{ReconcileStats, SweepStats};
+
 use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
 use crate::store::{Batch, Store, Write};
@@ -134,6 +136,14 @@ pub struct Overview {
     pub redis_ok: bool,
     pub last_sweep_ms_ago: Option<u64>,
     pub turns: u64,
+    /// Sweeps that read Redis since start; a poller tells a new
+    /// `last_sweep` by this changing.
+    pub sweeps: u64,
+    pub last_sweep: Option<SweepStats>,
+    /// The longest sweep since start.
+    pub slowest_sweep: Option<SweepStats>,
+    /// The start-up reconciliation; `None` if Redis was unreachable then.
+    pub reconcile: Option<ReconcileStats>,
 }
 
 /// The scheduler went away (the master is shutting down).
@@ -213,6 +223,8 @@ pub struct Scheduler {
     epoch: Epoch,
     redis_ok: bool,
     last_sweep: Option<Instant>,
+    /// What the sweeps and the reconciliation cost, for `Overview`.
+    costs: recover::RecoveryCosts,
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
@@ -251,6 +263,7 @@ impl Scheduler {
             },
             redis_ok: false,
             last_sweep: None,
+            costs: recover::RecoveryCosts::default(),
             turns: 0,
             resync: false,
         };
@@ -334,6 +347,10 @@ impl Scheduler {
                     redis_ok: self.redis_ok,
                     last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
                     turns: self.turns,
+                    sweeps: self.costs.sweeps,
+                    last_sweep: self.costs.last,
+                    slowest_sweep: self.costs.slowest,
+                    reconcile: self.costs.reconcile,
                 });
             }
         }
@@ -607,14 +624,27 @@ impl Scheduler {
         }
     }
 
-    async fn forget_reports(&mut self, done: &[trainyard_proto::AttemptRef], garbage: &[String]) {
-        let result = match self.redis.connection().await {
-            Ok(mut con) => crate::sweep::forget_reports(&mut con, &self.keys, done, garbage).await,
-            Err(e) => Err(e),
+    /// Removes reports from Redis; returns the round trips made (a failed
+    /// request counts: it was waited for).
+    async fn forget_reports(
+        &mut self,
+        done: &[trainyard_proto::AttemptRef],
+        garbage: &[String],
+    ) -> u32 {
+        let mut con = match self.redis.connection().await {
+            Ok(con) => con,
+            Err(e) => {
+                tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+                return 0;
+            }
         };
-        if let Err(e) = result {
-            // They are picked up again by a later sweep, seen as stale, and removed then.
-            tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+        match crate::sweep::forget_reports(&mut con, &self.keys, done, garbage).await {
+            Ok(round_trips) => round_trips,
+            Err(e) => {
+                // They are picked up again by a later sweep, seen as stale, and removed then.
+                tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+                1
+            }
         }
     }
 

@@ -3,36 +3,177 @@
 //! with [`crate::recovery::sweep`], and give up attempts only after fencing
 //! them off in Redis — so an attempt the master gave up can never take or
 //! renew a lease afterwards.
+//!
+//! Each sweep and the reconciliation also measure what they cost (time,
+//! time waiting on Redis, round trips): [`RecoveryCosts`], shown by
+//! `/v1/health`, so an operator sees a sweep slowing down as tasks grow.
 
 use super::cycle::Cycle;
 use super::{Epoch, Scheduler};
 use crate::recovery::{self, SweepDecision};
 use crate::sweep;
-use std::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::time::{Duration, Instant};
 use trainyard_proto::{now_ms, AttemptRef, TaskId};
 
+/// What one recovery sweep cost.
+///
+/// Measured from the sweep's first Redis request to its last: reading the
+/// snapshot, recording the reports found there, deciding every live task and
+/// fencing what it gave up. The turn's database commit that follows, and the
+/// removal of recorded reports from Redis after it, are not included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepStats {
+    /// Live tasks whose leases the sweep read.
+    pub tasks: usize,
+    /// Attempts it gave up (fenced, then requeued, failed or cancelled).
+    pub given_up: usize,
+    /// The whole sweep, in microseconds.
+    pub duration_us: u64,
+    /// The part of `duration_us` spent in the Redis calls: the requests on
+    /// the wire, and building them and parsing their replies (a key name
+    /// and a lease value per task).
+    pub redis_us: u64,
+    /// Requests the sweep waited on Redis for; at most
+    /// [`sweep::MAX_ROUND_TRIPS`] whatever `tasks` is.
+    pub round_trips: u32,
+}
+
+/// What the start-up reconciliation found and cost: the Redis scan and the
+/// comparison with the database, not the commit of what it confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileStats {
+    /// Worker leases found in Redis.
+    pub leases: usize,
+    /// Leases of a live task's current attempt.
+    pub confirmed: usize,
+    /// Leases of attempts the master has given away.
+    pub stale: usize,
+    /// Live tasks no lease was found for (left to the sweeps).
+    pub unleased: usize,
+    pub duration_us: u64,
+    /// The part of `duration_us` spent in the Redis scan (requests, and
+    /// parsing their replies).
+    pub redis_us: u64,
+    /// Requests made: grows with the keyspace (one per `SCAN` step), not
+    /// with one request per lease.
+    pub round_trips: u32,
+}
+
+/// The recovery costs seen since start, for the health endpoint.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RecoveryCosts {
+    /// Sweeps that read Redis; a poller tells a new `last` by this.
+    pub sweeps: u64,
+    pub last: Option<SweepStats>,
+    /// The longest sweep so far: one slow sweep delays every recovery
+    /// behind it, however fast the typical one is.
+    pub slowest: Option<SweepStats>,
+    pub reconcile: Option<ReconcileStats>,
+}
+
+impl RecoveryCosts {
+    fn record(&mut self, sweep: SweepStats) {
+        self.sweeps += 1;
+        self.last = Some(sweep);
+        if self
+            .slowest
+            .is_none_or(|s| sweep.duration_us > s.duration_us)
+        {
+            self.slowest = Some(sweep);
+        }
+    }
+}
+
+/// Time waited on Redis and requests made, added up over one operation.
+#[derive(Debug, Default)]
+struct RedisMeter {
+    waited: Duration,
+    round_trips: u32,
+}
+
+impl RedisMeter {
+    /// Awaits one Redis operation, counting the time it took.
+    async fn time<T>(&mut self, operation: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let out = operation.await;
+        self.waited += started.elapsed();
+        out
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 impl Scheduler {
+    /// One recovery sweep; records what it cost when it could read Redis.
     pub(super) async fn sweep(&mut self, cycle: &mut Cycle) {
+        let started = Instant::now();
+        let mut meter = RedisMeter::default();
+        let Some((tasks, given_up)) = self.sweep_once(cycle, &mut meter).await else {
+            return;
+        };
+        let stats = SweepStats {
+            tasks,
+            given_up,
+            duration_us: micros(started.elapsed()),
+            redis_us: micros(meter.waited),
+            round_trips: meter.round_trips,
+        };
+        tracing::debug!(
+            tasks = stats.tasks,
+            given_up = stats.given_up,
+            duration_us = stats.duration_us,
+            redis_us = stats.redis_us,
+            round_trips = stats.round_trips,
+            "recovery sweep done"
+        );
+        self.costs.record(stats);
+    }
+
+    /// Returns the live tasks swept and the attempts given up, or `None` if
+    /// Redis could not be read.
+    async fn sweep_once(
+        &mut self,
+        cycle: &mut Cycle,
+        meter: &mut RedisMeter,
+    ) -> Option<(usize, usize)> {
         let mut con = match self.redis.connection().await {
             Ok(con) => con,
-            Err(e) => return self.redis_down(&e),
+            Err(e) => {
+                self.redis_down(&e);
+                return None;
+            }
         };
         let live: Vec<TaskId> = self.state.live.keys().copied().collect();
-        let snapshot = match sweep::observe(&mut con, &self.keys, &live).await {
+        let snapshot = match meter
+            .time(sweep::observe(&mut con, &self.keys, &live))
+            .await
+        {
             Ok(s) => s,
-            Err(e) => return self.redis_down(&e),
+            Err(e) => {
+                meter.round_trips += 1;
+                self.redis_down(&e);
+                return None;
+            }
         };
+        meter.round_trips += snapshot.round_trips;
         if !self.redis_ok {
             tracing::info!("Redis reachable; recovery sweeps running");
             self.redis_ok = true;
         }
-        self.observe_epoch(snapshot.epoch.clone(), &mut con).await;
+        meter.round_trips += meter
+            .time(self.observe_epoch(snapshot.epoch.clone(), &mut con))
+            .await;
 
         for report in snapshot.reports {
             self.report(report, None, cycle);
         }
         if !snapshot.dangling.is_empty() || !snapshot.garbage.is_empty() {
-            self.forget_reports(&snapshot.dangling, &snapshot.garbage)
+            meter.round_trips += meter
+                .time(self.forget_reports(&snapshot.dangling, &snapshot.garbage))
                 .await;
         }
 
@@ -59,32 +200,36 @@ impl Scheduler {
                 }
             }
         }
+        let swept = snapshot.leases.len();
         if given_up.is_empty() {
-            return;
+            return Some((swept, 0));
         }
         let attempts: Vec<AttemptRef> = given_up.iter().map(|g| g.0).collect();
-        let fenced = match sweep::fence(
-            &mut con,
-            &self.keys,
-            &attempts,
-            self.config.timers.fence_ttl,
-        )
-        .await
+        let fence_ttl = self.config.timers.fence_ttl;
+        let fenced = match meter
+            .time(sweep::fence(&mut con, &self.keys, &attempts, fence_ttl))
+            .await
         {
             Ok(f) => f,
             Err(e) => {
+                meter.round_trips += 1;
                 tracing::warn!(error = %e, count = attempts.len(), "could not fence lapsed attempts; retrying next sweep");
-                return;
+                return Some((swept, 0));
             }
         };
-        for ((attempt, outcome, reason, then), fenced) in given_up.into_iter().zip(fenced) {
+        meter.round_trips += fenced.round_trips;
+        let mut settled = 0;
+        for ((attempt, outcome, reason, then), fenced) in given_up.into_iter().zip(fenced.verdicts)
+        {
             if !fenced {
                 tracing::debug!(%attempt, "a lease or report appeared since the snapshot; keeping the attempt");
                 continue;
             }
             tracing::warn!(%attempt, outcome = outcome.as_str(), next = ?then, "{reason}");
             self.settle(attempt, outcome, Some(reason), None, then.into(), cycle);
+            settled += 1;
         }
+        Some((swept, settled))
     }
 
     fn redis_down(&mut self, error: &redis::RedisError) {
@@ -96,11 +241,12 @@ impl Scheduler {
 
     /// Notices when Redis lost its data, and then distrusts missing leases for
     /// a lease TTL plus a heartbeat, the time live hosts need to rebuild them.
+    /// Returns the round trips made: 1 if the epoch had to be written, else 0.
     async fn observe_epoch(
         &mut self,
         seen: Option<String>,
         con: &mut redis::aio::ConnectionManager,
-    ) {
+    ) -> u32 {
         let lost = match (&self.epoch.known, &seen) {
             (_, None) => true,
             (Some(known), Some(seen)) => known != seen,
@@ -112,10 +258,11 @@ impl Scheduler {
                 Ok(e) => e,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write the Redis epoch");
-                    return;
+                    return 1;
                 }
             },
         };
+        let round_trips = u32::from(lost);
         if lost {
             let t = &self.config.timers;
             let wait = t.lease_ttl + t.heartbeat_interval;
@@ -133,23 +280,31 @@ impl Scheduler {
         } else {
             self.epoch.known = Some(current);
         }
+        round_trips
     }
 
     /// Start-up: compares every worker lease in Redis with the database. A
     /// lease of a DISPATCHED task's attempt means its host took it; a lease of
     /// any attempt that is not current marks a host to be told to stop it.
     pub(super) async fn reconcile(&mut self) {
-        let leases = match self.redis.connection().await {
-            Ok(mut con) => crate::reconcile::worker_leases(&mut con, &self.keys).await,
+        let started = Instant::now();
+        let mut meter = RedisMeter::default();
+        let found = match self.redis.connection().await {
+            Ok(mut con) => {
+                meter
+                    .time(crate::reconcile::worker_leases(&mut con, &self.keys))
+                    .await
+            }
             Err(e) => Err(e),
         };
-        let leases = match leases {
+        let found = match found {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "start-up reconciliation skipped: Redis unavailable; the sweep will reconcile when it returns");
                 return;
             }
         };
+        let leases = found.leases;
         let mut cycle = Cycle::default();
         let (mut confirmed, mut stale) = (0, 0);
         for (worker, attempt) in &leases {
@@ -171,13 +326,52 @@ impl Scheduler {
             }
         }
         let unleased = self.state.live.len().saturating_sub(confirmed);
-        tracing::info!(
-            leases = leases.len(),
+        let stats = ReconcileStats {
+            leases: leases.len(),
             confirmed,
             stale,
             unleased,
+            duration_us: micros(started.elapsed()),
+            redis_us: micros(meter.waited),
+            round_trips: found.round_trips,
+        };
+        tracing::info!(
+            leases = stats.leases,
+            confirmed,
+            stale,
+            unleased,
+            duration_ms = stats.duration_us as f64 / 1e3,
+            redis_ms = stats.redis_us as f64 / 1e3,
+            round_trips = stats.round_trips,
             "start-up reconciliation with Redis done"
         );
+        self.costs.reconcile = Some(stats);
         self.commit(cycle).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep_of(duration_us: u64) -> SweepStats {
+        SweepStats {
+            tasks: 10,
+            given_up: 0,
+            duration_us,
+            redis_us: duration_us / 2,
+            round_trips: 1,
+        }
+    }
+
+    #[test]
+    fn the_slowest_sweep_is_kept_while_later_ones_replace_the_last() {
+        let mut costs = RecoveryCosts::default();
+        for d in [300, 900, 200] {
+            costs.record(sweep_of(d));
+        }
+        assert_eq!(costs.sweeps, 3);
+        assert_eq!(costs.last.map(|s| s.duration_us), Some(200));
+        assert_eq!(costs.slowest.map(|s| s.duration_us), Some(900));
     }
 }

@@ -1,0 +1,386 @@
+//! Benchmarks 1 and 2: tasks through the whole path — submit, queue,
+//! dispatch, lease write, adapter, report, lease clear, database — with the
+//! `noop` adapter, whose task does no work (or, for `spawn`, launches
+//! `true`, the process spawn every real trainer pays).
+//!
+//! Each backend gets a fresh master, Redis and database, and a fleet of
+//! light hosts. Three phases:
+//! 1. warm-up (connections, caches), not measured;
+//! 2. saturation: every task submitted at once, in batches of 500 by four
+//!    concurrent clients; throughput is tasks over the time from the first
+//!    submission to the last completion;
+//! 3. half load: tasks submitted at half that rate in small batches for a
+//!    few seconds; the latency that matters is measured here.
+//!
+//! Latency is from the moment the client sent a task's submission to the
+//! task's `finished_at` in the database (the master's clock on the same
+//! machine, taken in the turn that records the report).
+
+use super::env::BenchEnv;
+use super::fleet::{Fleet, FleetSpec};
+use super::report::{human, median_p99, Row};
+use super::Backends;
+use crate::client::ApiClient;
+use anyhow::{bail, Context};
+use futures::StreamExt;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use trainyard_master::model::{Task, TaskStatus};
+
+/// Tasks per submission in the saturation phase.
+const SUBMIT_BATCH: usize = 500;
+/// Submissions in flight at once in the saturation phase.
+const SUBMITTERS: usize = 4;
+/// How often the half-load phase submits.
+const PACE: Duration = Duration::from_millis(10);
+
+pub async fn run(env: &BenchEnv, backends: Backends, spawn: bool) -> anyhow::Result<Vec<Row>> {
+    let mut rows = vec![];
+    let bench = if spawn { "spawn" } else { "dispatch" };
+    for backend in backends.list() {
+        match one_backend(env, backend, spawn).await {
+            Ok(r) => rows.extend(r),
+            Err(e) => rows.push(Row::failed(bench, format!("run on {backend}"), &e)),
+        }
+    }
+    Ok(rows)
+}
+
+/// Submission times of tasks, by id, in ms since the Unix epoch.
+type Sent = HashMap<u64, i64>;
+
+async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Result<Vec<Row>> {
+    let bench = if spawn { "spawn" } else { "dispatch" };
+    let tasks: usize = env.size(10_000, 60);
+    let (hosts, slots) = env.size((16, 32), (2, 4));
+    let stage = env.stage(bench, backend).await?;
+    stage.cluster.write_config()?;
+    let mut master = stage.cluster.spawn_master()?;
+    let client = stage
+        .cluster
+        .wait_for_master(Duration::from_secs(30))
+        .await?;
+    let programs = if spawn {
+        vec!["true".to_string()]
+    } else {
+        vec![]
+    };
+    let fleet = Fleet::start(
+        &stage.cluster,
+        &FleetSpec {
+            count: hosts,
+            slots,
+            adapters: vec![(env.adapter("noop"), programs)],
+        },
+    )
+    .await?;
+    stage
+        .cluster
+        .wait_for_hosts(&client, hosts, Duration::from_secs(60))
+        .await?;
+    let params = json!({ "spawn": spawn });
+
+    // 1. Warm-up.
+    let warm = env.size(1_000, 10);
+    let mut sent = Sent::new();
+    submit(&client, &params, warm, &mut sent).await?;
+    wait_terminal(&client, warm, Duration::from_secs(120)).await?;
+
+    // 2. Saturation.
+    let pids = Pids {
+        master: master.pid().context("the master has no pid")?,
+        redis: stage.redis.pid().context("redis has no pid")?,
+        hosts: std::process::id(),
+        // The PostgreSQL server's processes (SQLite runs inside the master).
+        database: if backend == "postgres" {
+            super::probe::named("postgres")
+        } else {
+            vec![]
+        },
+    };
+    let cpu_before = pids.cpu();
+    let mut sent = Sent::new();
+    let started = Instant::now();
+    // Several clients submitting at once, as a fleet's users would.
+    let sizes: Vec<usize> = (0..tasks)
+        .step_by(SUBMIT_BATCH)
+        .map(|start| SUBMIT_BATCH.min(tasks - start))
+        .collect();
+    let batches: Vec<anyhow::Result<Sent>> = futures::stream::iter(sizes)
+        .map(|n| {
+            let (client, params) = (&client, &params);
+            async move {
+                let mut part = Sent::new();
+                submit(client, params, n, &mut part).await?;
+                Ok(part)
+            }
+        })
+        .buffer_unordered(SUBMITTERS)
+        .collect()
+        .await;
+    for part in batches {
+        sent.extend(part?);
+    }
+    let submitted_in = started.elapsed();
+    wait_terminal(&client, warm + tasks, Duration::from_secs(600)).await?;
+    let cpu_used = pids.cpu().since(&cpu_before);
+    let saturated = collect(&client, &sent).await?;
+    let first_sent = *sent.values().min().context("nothing submitted")?;
+    let last_done = saturated
+        .iter()
+        .map(|t| t.finished)
+        .max()
+        .unwrap_or(first_sent);
+    let span = Duration::from_millis((last_done - first_sent).max(1) as u64);
+    let rate = tasks as f64 / span.as_secs_f64();
+    let mut lat: Vec<f64> = saturated.iter().map(|t| t.latency_ms).collect();
+    let (sat_p50, sat_p99) = median_p99(&mut lat).unwrap_or_default();
+
+    // 3. Half load.
+    let half = (rate / 2.0).max(1.0);
+    let phase = env.size(Duration::from_secs(5), Duration::from_millis(500));
+    let per_tick = ((half * PACE.as_secs_f64()).round() as usize).max(1);
+    let mut paced = Sent::new();
+    let phase_start = Instant::now();
+    let mut tick = tokio::time::interval(PACE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while phase_start.elapsed() < phase {
+        tick.tick().await;
+        submit(&client, &params, per_tick, &mut paced).await?;
+    }
+    let paced_rate = paced.len() as f64 / phase_start.elapsed().as_secs_f64();
+    wait_terminal(
+        &client,
+        warm + tasks + paced.len(),
+        Duration::from_secs(600),
+    )
+    .await?;
+    let half_done = collect(&client, &paced).await?;
+    let mut lat: Vec<f64> = half_done.iter().map(|t| t.latency_ms).collect();
+    let (half_p50, half_p99) = median_p99(&mut lat).unwrap_or_default();
+
+    let peaks = master.pid().and_then(super::probe::rss_bytes);
+    fleet.shutdown().await;
+    master.stop(Duration::from_secs(10));
+
+    // Every task ran once and completed.
+    for t in saturated.iter().chain(&half_done) {
+        if t.status != TaskStatus::Completed || t.runs != 1 {
+            bail!(
+                "task {} ended {} after {} runs; every no-work task must complete in one",
+                t.id,
+                t.status.as_str(),
+                t.runs
+            );
+        }
+    }
+
+    let what = if spawn {
+        "`true` per task"
+    } else {
+        "no-work tasks"
+    };
+    let slots_total = hosts as u32 * slots;
+    let mut rows = vec![Row::info(
+        bench,
+        format!("setup ({backend})"),
+        format!("{tasks} {what}, {hosts} light hosts × {slots} slots = {slots_total} slots"),
+    )];
+    let throughput = format!("{rate:.0} tasks/s");
+    if spawn {
+        rows.push(Row::info(
+            bench,
+            format!("throughput ({backend})"),
+            throughput,
+        ));
+    } else {
+        rows.push(Row::checked(
+            bench,
+            format!("throughput ({backend})"),
+            throughput,
+            ">= 5000 tasks/s",
+            rate >= 5000.0,
+        ));
+    }
+    rows.push(Row::info(
+        bench,
+        format!("submit→complete at saturation ({backend})"),
+        format!(
+            "p50 {sat_p50:.0} ms, p99 {sat_p99:.0} ms (submitting took {})",
+            human(submitted_in)
+        ),
+    ));
+    let half_fig = format!("p50 {half_p50:.1} ms, p99 {half_p99:.1} ms at {paced_rate:.0} tasks/s");
+    if spawn {
+        rows.push(Row::info(
+            bench,
+            format!("submit→complete at half load ({backend})"),
+            half_fig,
+        ));
+    } else {
+        rows.push(Row::checked(
+            bench,
+            format!("submit→complete at half load ({backend})"),
+            half_fig,
+            "p99 < 50 ms",
+            half_p99 < 50.0,
+        ));
+    }
+    let per_task = |d: Duration| d.as_secs_f64() * 1e6 / tasks as f64;
+    rows.push(Row::info(
+        bench,
+        format!("CPU per task at saturation ({backend})"),
+        format!(
+            "master {:.0} µs, light hosts {:.0} µs, Redis {:.0} µs, PostgreSQL server {:.0} µs (master alone: {:.0} tasks/s per core)",
+            per_task(cpu_used.master),
+            per_task(cpu_used.hosts),
+            per_task(cpu_used.redis),
+            per_task(cpu_used.database),
+            1e6 / per_task(cpu_used.master).max(1.0)
+        ),
+    ));
+    if let Some(rss) = peaks {
+        rows.push(Row::info(
+            bench,
+            format!("master RSS after the run ({backend})"),
+            super::report::mib(rss),
+        ));
+    }
+    Ok(rows)
+}
+
+async fn submit(
+    client: &ApiClient,
+    params: &serde_json::Value,
+    n: usize,
+    sent: &mut Sent,
+) -> anyhow::Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let batch: Vec<serde_json::Value> = (0..n)
+        .map(|_| json!({ "adapter": "noop", "params": params }))
+        .collect();
+    let at = trainyard_proto::now_ms();
+    let ids = client.submit_batch(&batch).await?;
+    for id in ids {
+        sent.insert(id, at);
+    }
+    Ok(())
+}
+
+/// Waits until `n` tasks are terminal, by the master's status counts.
+pub async fn wait_terminal(client: &ApiClient, n: usize, timeout: Duration) -> anyhow::Result<()> {
+    let until = Instant::now() + timeout;
+    loop {
+        let health = client.health().await?;
+        let done: u64 = ["COMPLETED", "FAILED", "CANCELLED"]
+            .iter()
+            .filter_map(|s| health["tasks"][s].as_u64())
+            .sum();
+        if done as usize >= n {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("only {done} of {n} tasks ended within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One task's outcome.
+pub struct Done {
+    pub id: u64,
+    pub status: TaskStatus,
+    pub runs: u32,
+    pub finished: i64,
+    pub latency_ms: f64,
+}
+
+/// Reads the tasks of `sent` back and measures each one's latency.
+async fn collect(client: &ApiClient, sent: &Sent) -> anyhow::Result<Vec<Done>> {
+    let ids: Vec<u64> = sent.keys().copied().collect();
+    Ok(read_tasks(client, &ids)
+        .await?
+        .into_iter()
+        .map(|t| {
+            let finished = t.finished_at_ms.unwrap_or(i64::MAX);
+            Done {
+                id: t.id,
+                status: t.status,
+                runs: t.runs,
+                finished,
+                latency_ms: (finished - sent[&t.id]) as f64,
+            }
+        })
+        .collect())
+}
+
+/// Reads these tasks through the API, newest first, a page of 1000 at a
+/// time; fails if any is missing.
+pub async fn read_tasks(client: &ApiClient, ids: &[u64]) -> anyhow::Result<Vec<Task>> {
+    let wanted: HashSet<u64> = ids.iter().copied().collect();
+    let lowest = *ids.iter().min().context("no task to read")?;
+    let mut before = ids.iter().max().map(|m| m + 1);
+    let mut out = Vec::with_capacity(ids.len());
+    while out.len() < wanted.len() {
+        let page = client.tasks(None, None, Some(1000), before).await?;
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        let past = last.id <= lowest;
+        out.extend(page.into_iter().filter(|t| wanted.contains(&t.id)));
+        if past {
+            break;
+        }
+    }
+    if out.len() != wanted.len() {
+        bail!(
+            "{} of {} tasks are missing from the task list",
+            wanted.len() - out.len(),
+            wanted.len()
+        );
+    }
+    Ok(out)
+}
+
+/// The processes whose CPU time the benchmark accounts for.
+struct Pids {
+    master: u32,
+    redis: u32,
+    /// This process: the light hosts.
+    hosts: u32,
+    database: Vec<u32>,
+}
+
+/// CPU time used by each of [`Pids`].
+#[derive(Clone, Copy, Default)]
+struct CpuUse {
+    master: Duration,
+    redis: Duration,
+    hosts: Duration,
+    database: Duration,
+}
+
+impl Pids {
+    fn cpu(&self) -> CpuUse {
+        let t = |pid| super::probe::cpu_time(pid).unwrap_or_default();
+        CpuUse {
+            master: t(self.master),
+            redis: t(self.redis),
+            hosts: t(self.hosts),
+            database: self.database.iter().map(|p| t(*p)).sum(),
+        }
+    }
+}
+
+impl CpuUse {
+    fn since(&self, before: &CpuUse) -> CpuUse {
+        CpuUse {
+            master: self.master.saturating_sub(before.master),
+            redis: self.redis.saturating_sub(before.redis),
+            hosts: self.hosts.saturating_sub(before.hosts),
+            database: self.database.saturating_sub(before.database),
+        }
+    }
+}

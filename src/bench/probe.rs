@@ -1,0 +1,141 @@
+//! CPU time and resident memory of a process, read from `/proc`; and a
+//! sampler that keeps the peaks while a benchmark runs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Resident set size in bytes (`VmRSS`), or `None` if the process is gone.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// User + system CPU time the process has used.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces; fields resume after its ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line (1-based),
+    // i.e. 11 and 12 after the state field.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        n if n > 0 => n as u64,
+        _ => 100,
+    };
+    Some(Duration::from_millis(ticks * 1000 / hz))
+}
+
+/// The processes whose command name (`/proc/<pid>/comm`) is `name`.
+pub fn named(name: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+        })
+        .collect()
+}
+
+/// The processes whose parent is `pid`.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let rest = &stat[stat.rfind(')')? + 2..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Peaks seen by a [`Sampler`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Peaks {
+    pub rss: u64,
+    /// Highest CPU use over one sampling window, in cores (1.0 = one core).
+    pub cpu: f64,
+}
+
+/// Samples a process every `period` until dropped or stopped.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    peaks: Arc<Mutex<Peaks>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    pub fn start(pid: u32, period: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peaks = Arc::new(Mutex::new(Peaks::default()));
+        let thread = {
+            let (stop, peaks) = (stop.clone(), peaks.clone());
+            std::thread::spawn(move || {
+                let mut last = (Instant::now(), cpu_time(pid).unwrap_or_default());
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(period);
+                    let (Some(rss), Some(cpu)) = (rss_bytes(pid), cpu_time(pid)) else {
+                        continue;
+                    };
+                    let now = Instant::now();
+                    let used = cpu.saturating_sub(last.1).as_secs_f64()
+                        / now.duration_since(last.0).as_secs_f64();
+                    last = (now, cpu);
+                    let mut p = peaks.lock().unwrap();
+                    p.rss = p.rss.max(rss);
+                    p.cpu = p.cpu.max(used);
+                }
+            })
+        };
+        Self {
+            stop,
+            peaks,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling and returns the peaks.
+    pub fn finish(mut self) -> Peaks {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        *self.peaks.lock().unwrap()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let pid = std::process::id();
+        assert!(rss_bytes(pid).unwrap() > 1 << 20);
+        let before = cpu_time(pid).unwrap();
+        let until = Instant::now() + Duration::from_millis(60);
+        let mut x = 0u64;
+        while Instant::now() < until {
+            x = x.wrapping_add(1);
+        }
+        assert!(x > 0);
+        assert!(cpu_time(pid).unwrap() > before);
+    }
+}
