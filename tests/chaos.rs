@@ -9,6 +9,10 @@
 //! `TRAINYARD_CHAOS_SECS` makes the chaos last longer (default 45 s per
 //! database).
 
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use common::{assert_attempts_never_overlapped, read_trace, serial, Setup, TestCluster};

@@ -3,6 +3,10 @@
 //! Python Q-learning trainer, its lease in Redis, its result in SQLite and in
 //! PostgreSQL.
 
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use common::{read_trace, Setup, TestCluster};

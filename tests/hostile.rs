@@ -4,6 +4,10 @@
 //! runs a normal task. And trainers: cancelled, over their time limit, or
 //! with a cleared environment.
 
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use common::{read_trace, serial, Setup, TestCluster};

@@ -3,6 +3,10 @@
 //! processes, and two hundred light hosts (each a real TCP connection with
 //! the real lease layer and adapter runtime) in this test process.
 
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use common::{serial, Setup, TestCluster};

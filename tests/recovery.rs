@@ -3,6 +3,10 @@
 //! SIGSTOP, a Redis restarted empty — against both databases where the
 //! database matters.
 
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use common::{

@@ -185,8 +185,8 @@ impl Agent {
                     self.outbox = None;
                 }
             }
-            Event::FromMaster(message) => self.from_master(message),
-            Event::Attempt(event) => self.from_attempt(event),
+            Event::FromMaster(message) => self.on_master(message),
+            Event::Attempt(event) => self.on_attempt(event),
             Event::Shutdown { done } => {
                 for slot in self.slots.iter().flatten() {
                     let _ = slot.control.try_send(Control::Shutdown);
@@ -196,7 +196,7 @@ impl Agent {
         }
     }
 
-    fn from_master(&mut self, message: MasterMessage) {
+    fn on_master(&mut self, message: MasterMessage) {
         match message {
             MasterMessage::Dispatch(dispatch) => self.dispatch(dispatch),
             MasterMessage::Cancel { attempt } => self.control(attempt, Control::Cancel),
@@ -273,7 +273,7 @@ impl Agent {
         });
     }
 
-    fn from_attempt(&mut self, event: AttemptEvent) {
+    fn on_attempt(&mut self, event: AttemptEvent) {
         match event {
             AttemptEvent::Accepted { attempt, slot } => {
                 self.send(HostMessage::Accepted { attempt, slot })

@@ -95,6 +95,17 @@ pub async fn run(
         Err(e) => {
             let reason = format!("could not take the lease: {e}");
             tracing::warn!(%attempt, %reason, "dispatch refused");
+            // Redis may have written the lease even so; if it did and it
+            // stayed, the task could not run anywhere for a lease TTL.
+            match env.lease.abandon(&worker, attempt).await {
+                Ok(true) => {
+                    tracing::info!(%attempt, "took back the lease Redis had written after all")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(%attempt, error = %e, "could not check for a lease written after all; it lapses with its TTL")
+                }
+            }
             let _ = events
                 .send(AttemptEvent::Rejected {
                     attempt,

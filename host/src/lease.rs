@@ -27,6 +27,8 @@ static RENEW: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/renew.lua")));
 static RELEASE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/release.lua")));
+static ABANDON: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/abandon.lua")));
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
@@ -127,6 +129,25 @@ impl LeaseLayer {
             "held" => Ok(Acquired::Held { by: detail }),
             other => Err(LeaseError::Protocol(other.to_string())),
         }
+    }
+
+    /// Takes back the lease of an attempt that will not run, in case its
+    /// [`LeaseLayer::acquire`] failed after Redis applied it (a timeout, a
+    /// lost reply). Returns whether there was one to take back.
+    pub async fn abandon(
+        &self,
+        worker: &WorkerId,
+        attempt: AttemptRef,
+    ) -> Result<bool, LeaseError> {
+        let mut con = self.redis.connection().await?;
+        let dropped: i64 = ABANDON
+            .key(self.keys.task_owner(attempt.task))
+            .key(self.keys.worker_task(worker))
+            .arg(keys::owner_value(worker, attempt.attempt))
+            .arg(keys::attempt_value(attempt))
+            .invoke_async(&mut con)
+            .await?;
+        Ok(dropped == 1)
     }
 
     /// Renews the host's heartbeat key and these leases. Returns the new

@@ -117,18 +117,11 @@ impl RunningHost {
     /// the master to acknowledge their reports, and stops.
     pub async fn shutdown(self, timeout: Duration) {
         let (done, finished) = oneshot::channel();
-        if self
-            .agent
-            .tx
-            .send(agent::Event::Shutdown { done })
-            .await
-            .is_ok()
-        {
-            if tokio::time::timeout(timeout, finished).await.is_err() {
-                tracing::warn!(
-                    "attempts did not stop, or their reports were not acknowledged, in time"
-                );
-            }
+        let asked = self.agent.tx.send(agent::Event::Shutdown { done }).await;
+        if asked.is_ok() && tokio::time::timeout(timeout, finished).await.is_err() {
+            tracing::warn!(
+                "attempts did not stop, or their reports were not acknowledged, in time"
+            );
         }
         for t in self.tasks {
             t.abort();

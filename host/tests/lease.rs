@@ -195,3 +195,37 @@ async fn a_dead_redis_is_an_error_not_a_lease() {
         .await;
     assert!(err.is_err(), "{err:?}");
 }
+
+#[tokio::test]
+async fn abandoning_takes_back_only_the_attempts_own_lease() {
+    let redis = RedisServer::start();
+    let (a, b) = (layer(&redis, "a", ""), layer(&redis, "b", ""));
+    let (wa, wb) = (
+        HostId::new("a").unwrap().worker(0),
+        HostId::new("b").unwrap().worker(0),
+    );
+    let first = AttemptRef::new(9, 1);
+    // An acquire Redis applied but whose reply the host never saw.
+    assert!(matches!(
+        a.acquire(&wa, first).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
+    assert!(
+        a.abandon(&wa, first).await.unwrap(),
+        "there was a lease to take back"
+    );
+    let mut c = con(&redis).await;
+    let owner: Option<String> = c.get("task:9:workerId").await.unwrap();
+    let task: Option<String> = c.get("worker:a/0:task").await.unwrap();
+    assert_eq!((owner, task), (None, None));
+    // So the next attempt can run at once, instead of after a lease TTL.
+    let second = AttemptRef::new(9, 2);
+    assert!(matches!(
+        b.acquire(&wb, second).await.unwrap(),
+        Acquired::Granted { .. }
+    ));
+    // A late abandon of the first attempt leaves the second's lease alone.
+    assert!(!a.abandon(&wa, first).await.unwrap());
+    let owner: Option<String> = c.get("task:9:workerId").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("b/0@2"));
+}

@@ -556,7 +556,10 @@ async fn fifty_trainers_at_once_all_work_and_leak_no_descriptors() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let after = open_descriptors();
-    assert!(after <= before, "descriptors leaked: {before} open before, {after} after");
+    assert!(
+        after <= before,
+        "descriptors leaked: {before} open before, {after} after"
+    );
 }
 
 #[test]
@@ -564,4 +567,25 @@ fn the_trainer_handle_can_be_shared_between_tasks() {
     fn send_and_sync<T: Send + Sync>() {}
     send_and_sync::<Trainer>();
     send_and_sync::<trainyard_host::process::TrainerControl>();
+}
+
+#[tokio::test]
+async fn the_trainer_reads_dev_null_and_inherits_no_control_socket() {
+    let _shared = shared().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Every descriptor the trainer holds, by what it points to.
+    let (exit, lines) = run(sh(
+        dir.path(),
+        "for fd in /proc/$$/fd/*; do echo \"${fd##*/} $(readlink $fd)\"; done",
+    ))
+    .await;
+    assert_eq!(exit.status, ExitKind::Exited(0));
+    assert!(
+        lines.iter().any(|l| l == "0 /dev/null"),
+        "the trainer's standard input is not /dev/null: {lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("socket:")),
+        "the supervisor's control socket reached the trainer: {lines:?}"
+    );
 }

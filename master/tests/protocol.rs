@@ -39,7 +39,8 @@ fn timers() -> Timers {
 struct Setup {
     master: RunningMaster,
     db: Database,
-    redis: RedisServer,
+    /// Kept alive for the master's lifetime.
+    _redis: RedisServer,
 }
 
 async fn master_with(configure: impl FnOnce(&mut MasterConfig), redis: RedisServer) -> Setup {
@@ -56,7 +57,7 @@ async fn master_with(configure: impl FnOnce(&mut MasterConfig), redis: RedisServ
     Setup {
         master: start(config).await.expect("master starts"),
         db,
-        redis,
+        _redis: redis,
     }
 }
 

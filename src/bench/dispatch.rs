@@ -100,6 +100,7 @@ async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Resu
         },
     };
     let cpu_before = pids.cpu();
+    let turns_before = turns(&client).await?;
     let mut sent = Sent::new();
     let started = Instant::now();
     // Several clients submitting at once, as a fleet's users would.
@@ -125,6 +126,7 @@ async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Resu
     let submitted_in = started.elapsed();
     wait_terminal(&client, warm + tasks, Duration::from_secs(600)).await?;
     let cpu_used = pids.cpu().since(&cpu_before);
+    let turns_used = turns(&client).await?.saturating_sub(turns_before);
     let saturated = collect(&client, &sent).await?;
     let first_sent = *sent.values().min().context("nothing submitted")?;
     let last_done = saturated
@@ -232,12 +234,25 @@ async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Resu
         bench,
         format!("CPU per task at saturation ({backend})"),
         format!(
-            "master {:.0} µs, light hosts {:.0} µs, Redis {:.0} µs, PostgreSQL server {:.0} µs (master alone: {:.0} tasks/s per core)",
+            "master {:.0} µs{}, light hosts {:.0} µs, Redis {:.0} µs{} (master alone: {:.0} tasks/s per core)",
             per_task(cpu_used.master),
+            if pids.database.is_empty() { " (SQLite included)" } else { "" },
             per_task(cpu_used.hosts),
             per_task(cpu_used.redis),
-            per_task(cpu_used.database),
+            if pids.database.is_empty() {
+                String::new()
+            } else {
+                format!(", PostgreSQL server {:.0} µs", per_task(cpu_used.database))
+            },
             1e6 / per_task(cpu_used.master).max(1.0)
+        ),
+    ));
+    rows.push(Row::info(
+        bench,
+        format!("scheduler turns at saturation ({backend})"),
+        format!(
+            "{turns_used} turns (one transaction each), {:.0} tasks per turn",
+            tasks as f64 / turns_used.max(1) as f64
         ),
     ));
     if let Some(rss) = peaks {
@@ -268,6 +283,14 @@ async fn submit(
         sent.insert(id, at);
     }
     Ok(())
+}
+
+/// The scheduler's turn counter.
+async fn turns(client: &ApiClient) -> anyhow::Result<u64> {
+    let health = client.health().await?;
+    health["scheduler"]["turns"]
+        .as_u64()
+        .context("the health endpoint shows no scheduler turns")
 }
 
 /// Waits until `n` tasks are terminal, by the master's status counts.

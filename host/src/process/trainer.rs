@@ -6,13 +6,12 @@ use super::link::{
     read_final_report, write_requests, Ending, LinkShutdown, ReportReader, Requests,
 };
 use super::pump::{pump_stderr, pump_stdout, ORPHAN_IDLE};
-use super::supervisor::CONTROL_FD;
 use super::wire::{HostMessage, Report};
 use super::Deadline;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::io::{self, Write};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -316,7 +315,12 @@ async fn check_workspace(path: &std::path::Path) -> Result<(), SpawnError> {
 }
 
 /// Starts `trainyard-supervise` with the trainer's command line, working
-/// directory, environment and stdio, and `control` as its fd 3.
+/// directory, environment and stdio, and `control` as its standard input.
+///
+/// Nothing runs between `fork` and `exec` (no `pre_exec`), so the standard
+/// library spawns with `posix_spawn`: the host's page tables are not copied
+/// and its memory does not turn copy-on-write for every trainer started,
+/// which would stall a busy host.
 fn start_supervisor(spec: &LaunchSpec, control: UnixStream) -> Result<Child, SpawnError> {
     let mut command = Command::new(&spec.supervisor);
     command
@@ -326,16 +330,9 @@ fn start_supervisor(spec: &LaunchSpec, control: UnixStream) -> Result<Child, Spa
         .env_clear()
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
         .current_dir(&spec.workspace)
-        .stdin(Stdio::null())
+        .stdin(Stdio::from(OwnedFd::from(control)))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let control = OwnedFd::from(control);
-    let control_fd: RawFd = std::os::fd::AsRawFd::as_raw_fd(&control);
-    // SAFETY: the closure runs between fork and exec and only calls dup2 and
-    // fcntl, which are async-signal-safe.
-    unsafe {
-        command.pre_exec(move || pass_as_control_fd(control_fd));
-    }
     // No PDEATHSIG for the supervisor: it fires when the spawning *thread*
     // ends, and tokio's threads come and go. The supervisor notices the
     // host's death by its socket closing instead.
@@ -343,27 +340,11 @@ fn start_supervisor(spec: &LaunchSpec, control: UnixStream) -> Result<Child, Spa
         path: spec.supervisor.clone(),
         source,
     });
-    // The host's copy of the supervisor's end is closed here, so that end
-    // lives only in the supervisor: the host sees end-of-file if it dies.
-    drop(control);
+    // The host's copy of the supervisor's end went with `command` (closed
+    // when it is dropped, below), so that end lives only in the supervisor:
+    // the host sees end-of-file if it dies.
+    drop(command);
     child
-}
-
-/// In the forked child: puts the control socket at fd 3, without
-/// close-on-exec (every other descriptor of the host keeps it).
-fn pass_as_control_fd(fd: RawFd) -> io::Result<()> {
-    // SAFETY: plain descriptor calls on descriptors this process holds.
-    unsafe {
-        if fd == CONTROL_FD {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        } else if libc::dup2(fd, CONTROL_FD) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// Builds the error for a supervisor that ended (or broke down) before

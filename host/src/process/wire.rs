@@ -1,4 +1,4 @@
-//! The messages on a supervisor's control socket (file descriptor 3 of
+//! The messages on a supervisor's control socket (standard input of
 //! `trainyard-supervise`) and their encoding.
 //!
 //! Every message is a 1-byte tag followed by an 8-byte big-endian value,

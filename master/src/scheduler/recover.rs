@@ -266,11 +266,15 @@ impl Scheduler {
         if lost {
             let t = &self.config.timers;
             let wait = t.lease_ttl + t.heartbeat_interval;
+            // With no live task no lease can have been lost: a first use of
+            // Redis (or a loss while idle) needs no wait, and every lease
+            // taken from now on belongs to the new epoch.
+            let live = !self.state.live.is_empty();
             self.epoch = Epoch {
                 known: Some(current),
-                distrust_until: Some(Instant::now() + wait),
+                distrust_until: live.then(|| Instant::now() + wait),
             };
-            if !self.state.live.is_empty() {
+            if live {
                 tracing::warn!(
                     live = self.state.live.len(),
                     wait_ms = wait.as_millis() as u64,
@@ -291,6 +295,17 @@ impl Scheduler {
         let mut meter = RedisMeter::default();
         let found = match self.redis.connection().await {
             Ok(mut con) => {
+                // The epoch first, before any dispatch: with no live task a
+                // Redis without one (first use, or data lost while nothing
+                // ran) is trusted at once, and the first dispatches take
+                // their leases in the epoch written here.
+                let seen: redis::RedisResult<Option<String>> = redis::cmd("GET")
+                    .arg(self.keys.epoch())
+                    .query_async(&mut con)
+                    .await;
+                if let Ok(seen) = seen {
+                    self.observe_epoch(seen, &mut con).await;
+                }
                 meter
                     .time(crate::reconcile::worker_leases(&mut con, &self.keys))
                     .await

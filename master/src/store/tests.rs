@@ -170,7 +170,7 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(migrations, 1, "each migration is recorded once");
+    assert_eq!(migrations, 2, "each of the two migrations is recorded once");
     let pending = again.pending().await.unwrap();
     assert_eq!(
         pending.iter().map(|t| t.id).collect::<Vec<_>>(),

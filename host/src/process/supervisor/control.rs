@@ -1,18 +1,23 @@
 //! The supervisor's end of the control socket, inherited from the host as
-//! file descriptor 3.
+//! standard input (file descriptor 0).
+//!
+//! Standard input, because the host can hand it over without running code
+//! between `fork` and `exec`: with no such hook, the host's process spawn is
+//! a `posix_spawn` (`vfork`-like), which does not copy the page tables of a
+//! large, busy host or make its memory copy-on-write while the child starts.
 
 use crate::process::wire::{HostMessage, Report, WireError};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-/// The descriptor the host passes the control socket as.
-pub const CONTROL_FD: i32 = 3;
+/// The descriptor the host passes the control socket as: standard input.
+pub const CONTROL_FD: i32 = 0;
 
 /// Why the control socket cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("file descriptor 3 is not a socket; trainyard-supervise is started by the trainyard host, which passes its control socket there")]
+    #[error("standard input is not a socket; trainyard-supervise is started by the trainyard host, which passes its control socket there")]
     NotASocket,
     #[error("the host closed the control socket")]
     Closed,
@@ -22,7 +27,7 @@ pub enum ControlError {
     Malformed(#[from] WireError),
 }
 
-/// Reads host messages and writes reports on file descriptor 3.
+/// Reads host messages and writes reports on the control socket.
 pub(crate) struct ControlSocket {
     stream: UnixStream,
     /// Bytes of a message not yet complete.
@@ -30,13 +35,13 @@ pub(crate) struct ControlSocket {
 }
 
 impl ControlSocket {
-    /// Takes ownership of file descriptor 3 and makes it close-on-exec, so the
-    /// trainer never inherits it (the host cleared the flag only to pass it to
-    /// this process).
-    pub(crate) fn from_fd3() -> Result<Self, ControlError> {
+    /// Takes the socket from standard input: moves it to a close-on-exec
+    /// descriptor, so the trainer never inherits it, and puts `/dev/null` on
+    /// standard input in its place, which the trainer inherits.
+    pub(crate) fn from_stdin() -> Result<Self, ControlError> {
         let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: fstat only writes into `stat`, and fails cleanly (EBADF) if
-        // fd 3 is not open.
+        // the descriptor is not open.
         if unsafe { libc::fstat(CONTROL_FD, stat.as_mut_ptr()) } != 0 {
             return Err(ControlError::NotASocket);
         }
@@ -45,14 +50,20 @@ impl ControlSocket {
         if stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
             return Err(ControlError::NotASocket);
         }
-        // SAFETY: fd 3 is open (fstat succeeded) and nothing else in this
-        // process owns it: it was inherited and is taken here exactly once.
-        let fd = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
-        nix::fcntl::fcntl(
-            &fd,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )
-        .map_err(io::Error::from)?;
+        // SAFETY: F_DUPFD_CLOEXEC on an open descriptor (fstat succeeded)
+        // returns a new one, which nothing else owns.
+        let moved = unsafe { libc::fcntl(CONTROL_FD, libc::F_DUPFD_CLOEXEC, 3) };
+        if moved < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: `moved` was just created and is owned only here.
+        let fd = unsafe { OwnedFd::from_raw_fd(moved) };
+        let null = std::fs::File::open("/dev/null")?;
+        // SAFETY: dup2 onto standard input, which this process owns; the
+        // socket lives on in `fd`.
+        if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), CONTROL_FD) } < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
         Ok(Self {
             stream: UnixStream::from(fd),
             pending: Vec::new(),

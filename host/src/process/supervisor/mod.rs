@@ -5,8 +5,9 @@
 //!
 //! It is started by [`crate::process::Trainer::spawn`] as
 //! `trainyard-supervise <executable> <argv0> [args...]`, with the trainer's
-//! working directory, environment and stdio, and a control socket as fd 3
-//! (messages in [`crate::process::wire`]). It runs no threads: the trainer's
+//! working directory, environment, stdout and stderr, and a control socket
+//! as its standard input (messages in [`crate::process::wire`]); the trainer
+//! gets `/dev/null` as standard input. It runs no threads: the trainer's
 //! `PR_SET_PDEATHSIG` fires when the parent *thread* ends, and a single
 //! `poll` loop over the control socket, a pidfd of the trainer, two
 //! CLOCK_BOOTTIME timerfds and a signalfd for SIGTERM does all the waiting.
@@ -70,7 +71,7 @@ pub fn main() -> ExitCode {
 
 fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseError> {
     let invocation = Invocation::parse(args)?;
-    let mut control = ControlSocket::from_fd3()?;
+    let mut control = ControlSocket::from_stdin()?;
     let term = take_over_signals()?;
     let lease = match control.read_first()? {
         HostMessage::Deadline(deadline) => deadline,

@@ -30,7 +30,7 @@ pub(crate) struct Invocation {
 
 /// The command line is not `<executable> <argv0> [args...]`.
 #[derive(Debug, thiserror::Error)]
-#[error("usage: trainyard-supervise <executable> <argv0> [args...] (started by the trainyard host with its control socket as fd 3)")]
+#[error("usage: trainyard-supervise <executable> <argv0> [args...] (started by the trainyard host with its control socket as standard input)")]
 pub struct UsageError;
 
 impl Invocation {
