@@ -72,34 +72,36 @@ impl Fleet {
 
     /// Each host's first connect attempt after `after`, as an offset from it.
     pub fn first_attempts_after(&self, after: Instant) -> Vec<Option<Duration>> {
-        self.journal
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|events| {
-                events.iter().find_map(|e| match e {
-                    ConnectionEvent::Connecting { at } if *at > after => {
-                        Some(at.duration_since(after))
-                    }
-                    _ => None,
-                })
-            })
-            .collect()
+        self.first_after(after, |e| match e {
+            ConnectionEvent::Connecting { at } => Some(*at),
+            _ => None,
+        })
     }
 
     /// Each host's first welcome after `after`, as an offset from it.
     pub fn first_welcomes_after(&self, after: Instant) -> Vec<Option<Duration>> {
+        self.first_after(after, |e| match e {
+            ConnectionEvent::Connected { at } => Some(*at),
+            _ => None,
+        })
+    }
+
+    /// Each host's first event that `pick` times, after `after`.
+    fn first_after(
+        &self,
+        after: Instant,
+        pick: impl Fn(&ConnectionEvent) -> Option<Instant>,
+    ) -> Vec<Option<Duration>> {
         self.journal
             .lock()
             .unwrap()
             .iter()
             .map(|events| {
-                events.iter().find_map(|e| match e {
-                    ConnectionEvent::Connected { at } if *at > after => {
-                        Some(at.duration_since(after))
-                    }
-                    _ => None,
-                })
+                events
+                    .iter()
+                    .filter_map(&pick)
+                    .find(|at| *at > after)
+                    .map(|at| at.duration_since(after))
             })
             .collect()
     }

@@ -18,6 +18,7 @@
 use super::env::BenchEnv;
 use super::report::{median_p99, Row};
 use crate::client::ApiClient;
+use crate::cluster::fast_timers;
 use crate::cluster::Process;
 use anyhow::{bail, Context};
 use redis::AsyncCommands;
@@ -25,24 +26,6 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::{now_ms, Timers};
-
-/// Timers of the fast runs: the multi-process tests' own.
-pub fn fast_timers() -> Timers {
-    Timers {
-        heartbeat_interval: Duration::from_millis(200),
-        heartbeat_ttl: Duration::from_millis(600),
-        lease_ttl: Duration::from_millis(2000),
-        lease_safety_margin: Duration::from_millis(300),
-        sweep_interval: Duration::from_millis(250),
-        dispatch_ack_timeout: Duration::from_millis(3000),
-        reconnect_initial: Duration::from_millis(100),
-        reconnect_max: Duration::from_millis(800),
-        idle_timeout: Duration::from_millis(1500),
-        stop_grace: Duration::from_millis(500),
-        report_resend_interval: Duration::from_millis(500),
-        ..Timers::default()
-    }
-}
 
 /// One kill and what followed, in ms after the kill.
 struct Round {

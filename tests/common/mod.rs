@@ -12,26 +12,7 @@ use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::Timers;
 use trainyard_testkit::{Database, RedisServer};
 
-/// Timers a hundred times faster than the defaults, so recovery happens in
-/// seconds. The relations between them are the defaults' relations.
-pub fn fast_timers() -> Timers {
-    Timers {
-        heartbeat_interval: Duration::from_millis(200),
-        heartbeat_ttl: Duration::from_millis(600),
-        lease_ttl: Duration::from_millis(2000),
-        lease_safety_margin: Duration::from_millis(300),
-        sweep_interval: Duration::from_millis(250),
-        dispatch_ack_timeout: Duration::from_millis(3000),
-        reconnect_initial: Duration::from_millis(100),
-        reconnect_max: Duration::from_millis(800),
-        reconnect_jitter: 0.25,
-        handshake_timeout: Duration::from_secs(3),
-        idle_timeout: Duration::from_millis(1500),
-        stop_grace: Duration::from_millis(500),
-        report_resend_interval: Duration::from_millis(500),
-        ..Timers::default()
-    }
-}
+pub use trainyard::cluster::fast_timers;
 
 /// The adapters built by `make -C adapters build`.
 pub fn adapter(name: &str) -> PathBuf {
