@@ -33,6 +33,9 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The hosts as the scheduler's latest turn left them, to explain why a
+    /// task waits.
+    pub placement: tokio::sync::watch::Receiver<Arc<crate::placement::Snapshot>>,
     pub scheduler: SchedulerHandle,
     pub events: Events,
     pub api_token: Arc<str>,
