@@ -18,7 +18,7 @@
 //! [`Timers::liveness_probe_timeout`]: trainyard_proto::Timers::liveness_probe_timeout
 
 use super::cycle::Cycle;
-use super::state::{Host, SeenHost, SessionId};
+use super::state::{Host, KnownHost, SessionId};
 use super::{Admission, Scheduler};
 use crate::events::{EventKind, TaskEvent};
 use crate::model::{HostRecord, ProgressView, StoredCheckpoint, TaskStatus};
@@ -102,7 +102,7 @@ impl Scheduler {
         }
         self.state.saw(
             &id,
-            SeenHost {
+            KnownHost {
                 slots: hello.slots,
                 adapters: hello.adapters.clone(),
                 capacity: Some(hello.capacity.clone()),

@@ -289,7 +289,7 @@ impl Scheduler {
             };
             state.saw(
                 &id,
-                state::SeenHost {
+                state::KnownHost {
                     slots: host.slots,
                     adapters: host.adapters,
                     capacity: host.capacity,
@@ -439,7 +439,7 @@ impl Scheduler {
     /// kind (the adapter's first when it named none).
     fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
         let route = self.state.catalog.resolve(&task.adapter, &task.kind)?;
-        let seen = self.state.seen.iter().map(|(id, h)| placement::SeenHost {
+        let seen = self.state.known_hosts.iter().map(|(id, h)| placement::SeenHost {
             id: id.as_str(),
             slots: h.slots,
             adapters: &h.adapters,

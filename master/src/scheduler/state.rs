@@ -130,7 +130,7 @@ impl Host {
 /// A host the master has seen, connected now or not: what submissions are
 /// checked against.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SeenHost {
+pub struct KnownHost {
     pub slots: u32,
     pub adapters: Vec<AdapterInfo>,
     /// `None` for a host recorded before hosts declared capacity.
@@ -146,7 +146,7 @@ pub struct State {
     /// the union of their kinds; what submissions are checked against.
     pub catalog: Catalog,
     /// Every host ever seen, by its latest hello.
-    pub seen: HashMap<HostId, SeenHost>,
+    pub known_hosts: HashMap<HostId, KnownHost>,
     /// The host held for a task that waited too long (see
     /// [`crate::placement::fit`]).
     pub reservation: Option<Reservation>,
@@ -238,9 +238,9 @@ impl State {
     }
 
     /// Remembers what a host carries and offers.
-    pub fn saw(&mut self, id: &HostId, host: SeenHost) {
+    pub fn saw(&mut self, id: &HostId, host: KnownHost) {
         self.catalog.learn(&host.adapters);
-        self.seen.insert(id.clone(), host);
+        self.known_hosts.insert(id.clone(), host);
     }
 
     /// The connected hosts as placement sees them, by id.
