@@ -439,12 +439,16 @@ impl Scheduler {
     /// kind (the adapter's first when it named none).
     fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
         let route = self.state.catalog.resolve(&task.adapter, &task.kind)?;
-        let seen = self.state.known_hosts.iter().map(|(id, h)| placement::SeenHost {
-            id: id.as_str(),
-            slots: h.slots,
-            adapters: &h.adapters,
-            capacity: h.capacity.as_ref(),
-        });
+        let seen = self
+            .state
+            .known_hosts
+            .iter()
+            .map(|(id, h)| placement::SeenHost {
+                id: id.as_str(),
+                slots: h.slots,
+                adapters: &h.adapters,
+                capacity: h.capacity.as_ref(),
+            });
         placement::check_request(&route, &task.resources, seen).map_err(SubmitError::TooLarge)?;
         Ok(route.kind)
     }

@@ -138,15 +138,13 @@ mod tests {
         let mut hosts = [host("gpu", 8, 2, 0)]; // two 1-GPU tasks running
         queue.push(queued(1, gpus(2), t0));
         let mut held = None;
-        let mut next_small = 10;
         let mut now = t0;
         let mut large_placed_at = None;
         // Each round a 1-GPU task ends and a new 1-GPU task arrives.
-        for round in 0..20 {
+        for (round, small) in (0..20).zip(10..) {
             now += Duration::from_secs(5);
             finish(&mut hosts, 0, gpus(1));
-            queue.push(queued(next_small, gpus(1), now));
-            next_small += 1;
+            queue.push(queued(small, gpus(1), now));
             let placed = plan(&mut queue, &mut hosts, &mut held, now, BOUND);
             if ids(&placed).contains(&1) {
                 large_placed_at = Some(round);

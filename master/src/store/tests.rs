@@ -193,7 +193,10 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(migrations, 3, "each of the three migrations is recorded once");
+    assert_eq!(
+        migrations, 3,
+        "each of the three migrations is recorded once"
+    );
     let pending = again.pending().await.unwrap();
     assert_eq!(
         pending.iter().map(|t| t.id).collect::<Vec<_>>(),
