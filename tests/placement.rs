@@ -308,3 +308,49 @@ async fn a_host_killed_with_devices_assigned_frees_them_for_the_next_attempt_els
     cancel(&c, id).await;
     cancel(&c, next).await;
 }
+
+#[tokio::test]
+async fn a_large_request_that_waited_reserves_a_host_and_small_ones_wait_behind_it() {
+    let _serial = serial();
+    let c = TestCluster::start(
+        Setup {
+            configure: |s: &mut Settings| {
+                s.host.resources.gpus = gpus(&["gpu0", "gpu1"]);
+                s.master.reserve_after = Duration::from_secs(1);
+            },
+            ..gpu_setup(4)
+        },
+        1,
+    )
+    .await;
+    let a = c.submit(holding_task(json!({"gpus": 1}))).await;
+    let b = c.submit(holding_task(json!({"gpus": 1}))).await;
+    trainer_env(&c, a).await;
+    trainer_env(&c, b).await;
+    let big = c.submit(holding_task(json!({"gpus": 2}))).await;
+    // Once it has waited master.reserve_after, it holds the host.
+    waits_because(
+        &c,
+        big,
+        "host host-1 is reserved for it; waiting there for 2 GPUs",
+    )
+    .await;
+
+    // A later one-GPU task does not take the device the first one frees.
+    let small = c.submit(holding_task(json!({"gpus": 1}))).await;
+    cancel(&c, a).await;
+    waits_because(
+        &c,
+        small,
+        &format!("the host with room (host-1) is reserved for task {big}, which has waited longer"),
+    )
+    .await;
+    cancel(&c, b).await;
+    let (env, _) = trainer_env(&c, big).await;
+    assert_eq!(var(&env, "CUDA_VISIBLE_DEVICES"), "gpu0,gpu1");
+    // The reservation ended with its placement; the small task waits its turn.
+    waits_because(&c, small, "needs 1 GPU; largest free: 0 GPUs on host-1").await;
+    cancel(&c, big).await;
+    trainer_env(&c, small).await;
+    cancel(&c, small).await;
+}
