@@ -36,6 +36,40 @@ use trainyard_proto::{now_ms, AttemptRef, HostId};
 /// How long a host that refused a dispatch gets no new one.
 const REFUSAL_COOLDOWN: Duration = Duration::from_secs(1);
 
+/// The connection that holds a host id, as admission sees it.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    session: SessionId,
+    /// Its session has ended: the connection is provably gone.
+    ended: bool,
+    last_seen: Instant,
+}
+
+/// What becomes of a connection claiming a host id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Nobody (live) holds the id.
+    Free,
+    /// A live connection holds it: ask it to answer first.
+    Probe,
+    /// The holder answered after the probe: it is alive; refuse the claim.
+    Refuse,
+    /// The holder stayed silent through the probe: it goes, the claim wins.
+    Replace,
+}
+
+/// Decides a claim on a host id. `contested` is when the holder was probed,
+/// on the claim's second asking.
+fn claim(holder: Option<Holder>, session: SessionId, contested: Option<Instant>) -> Claim {
+    match (holder, contested) {
+        (None, _) => Claim::Free,
+        (Some(h), _) if h.session == session || h.ended => Claim::Free,
+        (Some(_), None) => Claim::Probe,
+        (Some(h), Some(since)) if h.last_seen > since => Claim::Refuse,
+        (Some(_), Some(_)) => Claim::Replace,
+    }
+}
+
 /// What each attempt a host says it runs holds.
 fn held(running: &[RunningAttempt]) -> HashMap<AttemptRef, Need> {
     running
@@ -56,31 +90,33 @@ impl Scheduler {
         cycle: &mut Cycle,
     ) -> Admission {
         let id = hello.host_id.clone();
-        if let Some(old) = self.state.hosts.get(&id) {
-            // A connection whose session has ended is provably gone.
-            if old.session != session && !old.outbox.is_closed() {
-                match contested {
-                    None => {
-                        tracing::warn!(host = %id, holder = %old.addr, claimant = %addr, "a second connection claims the id of a connected host; probing the connection that holds it");
-                        cycle.send(&id, old.session, MasterMessage::Probe);
-                        return Admission::Probing {
-                            since: Instant::now(),
-                        };
-                    }
-                    Some(since) if old.last_seen > since => {
-                        let reason = format!(
-                            "host id {id} is already connected from {} and answered a liveness probe; \
-                             a second connection with the same id is refused (two hosts configured \
-                             with one id, or someone else using this host's id)",
-                            old.addr
-                        );
-                        tracing::warn!(host = %id, holder = %old.addr, claimant = %addr, "refused a second connection claiming the id of a live host");
-                        return Admission::Refused(reason);
-                    }
-                    Some(_) => {
-                        tracing::warn!(host = %id, old = %old.addr, new = %addr, "the connection holding this host id did not answer the liveness probe; closing it and admitting the new one");
-                    }
-                }
+        let holder = self.state.hosts.get(&id).map(|old| Holder {
+            session: old.session,
+            ended: old.outbox.is_closed(),
+            last_seen: old.last_seen,
+        });
+        let old_addr = self.state.hosts.get(&id).map(|h| h.addr);
+        match claim(holder, session, contested) {
+            Claim::Free => {}
+            Claim::Probe => {
+                let holder = holder.expect("a probe needs a holder");
+                tracing::warn!(host = %id, holder = ?old_addr, claimant = %addr, "a second connection claims the id of a connected host; probing the connection that holds it");
+                cycle.send(&id, holder.session, MasterMessage::Probe);
+                return Admission::Probing {
+                    since: Instant::now(),
+                };
+            }
+            Claim::Refuse => {
+                let from = old_addr.map(|a| a.to_string()).unwrap_or_default();
+                tracing::warn!(host = %id, holder = %from, claimant = %addr, "refused a second connection claiming the id of a live host");
+                return Admission::Refused(format!(
+                    "host id {id} is already connected from {from} and answered a liveness probe; \
+                     a second connection with the same id is refused (two hosts configured \
+                     with one id, or someone else using this host's id)"
+                ));
+            }
+            Claim::Replace => {
+                tracing::warn!(host = %id, old = ?old_addr, new = %addr, "the connection holding this host id did not answer the liveness probe; closing it and admitting the new one");
             }
         }
         self.connected(hello, session, addr, outbox, cycle);
@@ -374,5 +410,42 @@ impl Scheduler {
                     .into()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(last_seen: Instant) -> Option<Holder> {
+        Some(Holder {
+            session: 1,
+            ended: false,
+            last_seen,
+        })
+    }
+
+    #[test]
+    fn a_claim_on_a_live_hosts_id_is_probed_then_refused_if_the_holder_answers() {
+        let t0 = Instant::now();
+        let probed = t0 + Duration::from_millis(10);
+        assert_eq!(claim(None, 2, None), Claim::Free);
+        assert_eq!(claim(holder(t0), 2, None), Claim::Probe);
+        // It answered after the probe: alive, the claimant is refused.
+        let answered = probed + Duration::from_millis(5);
+        assert_eq!(claim(holder(answered), 2, Some(probed)), Claim::Refuse);
+        // Silent since before the probe: its place goes to the claimant.
+        assert_eq!(claim(holder(t0), 2, Some(probed)), Claim::Replace);
+    }
+
+    #[test]
+    fn a_holder_whose_session_ended_is_no_obstacle() {
+        let gone = Some(Holder {
+            session: 1,
+            ended: true,
+            last_seen: Instant::now(),
+        });
+        assert_eq!(claim(gone, 2, None), Claim::Free);
+        assert_eq!(claim(holder(Instant::now()), 1, None), Claim::Free);
     }
 }
