@@ -1,8 +1,8 @@
 //! One host connection, from challenge to close. The handshake — including
 //! the scheduler's admission, which refuses a second connection claiming
-//! the id of a live host — must finish within `handshake_timeout`; after it, a connection silent for
-//! `idle_timeout` is closed, and so is one that sends a frame that does not
-//! decode (framing may be lost). Messages go to the scheduler, which decides;
+//! the id of a live host — must finish within `handshake_timeout`; after
+//! it, a connection silent for `idle_timeout` is closed, and so is one that
+//! sends a frame that does not decode (framing may be lost). Messages go to the scheduler, which decides;
 //! replies come back through this connection's own outbox.
 
 use super::handshake::{check_hello, HandshakeRefusal};
