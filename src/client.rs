@@ -19,7 +19,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use trainyard_master::model::{Task, TaskDetail, TaskStatus};
+use trainyard_master::scheduler::FreeResources;
 use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::TaskId;
 
 /// How long opening a connection to the master may take.
@@ -40,6 +42,12 @@ pub struct HostView {
     pub addr: Option<String>,
     pub slots: u32,
     pub free_slots: u32,
+    /// CPUs, memory and GPUs it offers, as last declared.
+    #[serde(default)]
+    pub capacity: Option<HostCapacity>,
+    /// What no attempt holds now.
+    #[serde(default)]
+    pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
     pub last_seen_ms: i64,

@@ -28,6 +28,7 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         default_max_attempts: s.master.default_max_attempts,
         known_adapters: s.master.known_adapters.clone(),
         max_batch: s.master.max_batch,
+        reserve_after: s.master.reserve_after,
     })
 }
 
@@ -74,6 +75,7 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
         s.host.work_dir.clone(),
     );
     config.slots = s.host.slots;
+    config.resources = s.host.resources.resolve();
     config.key_prefix = s.redis_key_prefix.clone();
     config.timers = s.timers.clone();
     config.adapters = s
@@ -141,8 +143,12 @@ pub fn raise_open_file_limit() {
 pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
     raise_open_file_limit();
     let config = master_config(s)?;
-    let master = trainyard_master::start(config).await?;
-    terminated().await;
+    let mut master = trainyard_master::start(config).await?;
+    tokio::select! {
+        _ = terminated() => {}
+        // It stops by itself only when another master took its lock.
+        _ = master.wait() => anyhow::bail!("the master stopped: it lost its lock on the database"),
+    }
     tracing::info!("stopping the master");
     master.stop().await;
     Ok(())

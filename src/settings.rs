@@ -69,6 +69,8 @@ pub struct MasterSection {
     pub default_max_attempts: u32,
     pub known_adapters: Vec<String>,
     pub max_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub reserve_after: Duration,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,6 +98,7 @@ pub struct HostSection {
     pub adapter_instances: u32,
     pub adapter_log_records: u32,
     pub adapter_log_bytes: usize,
+    pub resources: trainyard_host::config::ResourceSettings,
     pub adapters: Vec<AdapterEntry>,
 }
 
@@ -159,6 +162,7 @@ impl Default for MasterSection {
             default_max_attempts: 3,
             known_adapters: vec![],
             max_batch: 4096,
+            reserve_after: trainyard_master::config::DEFAULT_RESERVE_AFTER,
         }
     }
 }
@@ -186,6 +190,7 @@ impl Default for HostSection {
             adapter_instances: 64,
             adapter_log_records: 1000,
             adapter_log_bytes: 1 << 20,
+            resources: Default::default(),
             adapters: vec![
                 AdapterEntry {
                     path: "adapters/dist/python-trainer.wasm".into(),

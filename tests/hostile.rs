@@ -206,7 +206,14 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for wanted in ["PATH", "SET_BY_ADAPTER", "SET_BY_OPERATOR"] {
+    // The host's own variables: its share of devices (none asked, none given).
+    for wanted in [
+        "PATH",
+        "SET_BY_ADAPTER",
+        "SET_BY_OPERATOR",
+        "CUDA_VISIBLE_DEVICES",
+        "TRAINYARD_GPUS",
+    ] {
         assert!(
             names.contains(&wanted),
             "{wanted} missing from the trainer's environment {names:?}"
@@ -220,6 +227,8 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
             "PATH",
             "SET_BY_ADAPTER",
             "SET_BY_OPERATOR",
+            "CUDA_VISIBLE_DEVICES",
+            "TRAINYARD_GPUS",
             "PWD",
             "SHLVL",
             "_",

@@ -1,12 +1,21 @@
-//! The host's agent: one task that owns the slots, starts an attempt for
-//! each dispatch, routes the master's orders to running attempts, sends
-//! heartbeats, and keeps every final report until the master acknowledges
-//! it (re-sending it on every reconnect and every resend interval).
+//! The host's agent: one task that owns the slots and the ledger of devices
+//! and shares, starts an attempt for each dispatch, routes the master's
+//! orders to running attempts, sends heartbeats (and one at once when the
+//! master probes whether this connection is alive), and keeps every final
+//! report until the master acknowledges it (re-sending it on every
+//! reconnect and every resend interval).
+//!
+//! A dispatch this host cannot serve right now — no free slot, an adapter
+//! or kind it does not carry, devices or a share it does not have free — is
+//! rejected, which sends the task back to the queue without using up one of
+//! its attempts. An attempt's devices go back to the ledger only when the
+//! attempt has ended, its trainer gone.
 //!
 //! The connection ([`crate::connection`]) and the attempts talk to it
 //! through one channel of [`Event`]s; it never blocks on the network.
 
 use crate::attempt::{self, Adapter, AttemptEnv, Control};
+use crate::capacity::Ledger;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -14,6 +23,7 @@ use trainyard_proto::messages::{
     AdapterInfo, AttemptReport, Dispatch, HostMessage, MasterMessage, ProgressUpdate,
     RunningAttempt,
 };
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::{AttemptRef, HostId};
 
 /// What an attempt tells the agent.
@@ -60,6 +70,7 @@ pub enum Event {
 struct Slot {
     attempt: AttemptRef,
     control: mpsc::Sender<Control>,
+    assignment: Assignment,
 }
 
 pub struct Agent {
@@ -67,6 +78,8 @@ pub struct Agent {
     env: AttemptEnv,
     adapters: HashMap<String, Adapter>,
     slots: Vec<Option<Slot>>,
+    /// Which attempt holds which devices and share.
+    ledger: Ledger,
     /// Final reports not yet acknowledged, by attempt.
     unacked: BTreeMap<AttemptRef, AttemptReport>,
     /// The newest progress of each running attempt, re-sent on reconnect so
@@ -90,6 +103,7 @@ impl Agent {
         slots: u32,
         env: AttemptEnv,
         adapters: HashMap<String, Adapter>,
+        ledger: Ledger,
     ) -> (Agent, AgentHandle) {
         let (events_tx, events) = mpsc::channel(1024);
         let agent = Agent {
@@ -97,6 +111,7 @@ impl Agent {
             env,
             adapters,
             slots: (0..slots).map(|_| None).collect(),
+            ledger,
             unacked: BTreeMap::new(),
             last_progress: HashMap::new(),
             outbox: None,
@@ -151,6 +166,7 @@ impl Agent {
                 s.as_ref().map(|s| RunningAttempt {
                     attempt: s.attempt,
                     slot: i as u32,
+                    assignment: s.assignment.clone(),
                 })
             })
             .collect()
@@ -210,6 +226,10 @@ impl Agent {
                 }
             }
             MasterMessage::HeartbeatAck => {}
+            MasterMessage::Probe => {
+                tracing::warn!("the master asks whether this connection is alive: another connection claims this host's id");
+                self.heartbeat();
+            }
             other => tracing::warn!(
                 kind = other.kind(),
                 "unexpected message from the master after the handshake"
@@ -246,11 +266,29 @@ impl Agent {
                 dispatch.adapter
             )));
         };
+        let kinds = &adapter.loaded.info().kinds;
+        if !dispatch.kind.is_empty() && !kinds.contains(&dispatch.kind) {
+            return self.send(reject(format!(
+                "adapter {:?} here runs no kind {:?} (it runs: {})",
+                dispatch.adapter,
+                dispatch.kind,
+                kinds.join(", ")
+            )));
+        }
         let Some(index) = self.slots.iter().position(Option::is_none) else {
             return self.send(reject("no free slot".into()));
         };
+        let assignment = match self.ledger.assign(attempt, &dispatch.resources) {
+            Ok(a) => a,
+            Err(shortfall) => return self.send(reject(shortfall.to_string())),
+        };
+        tracing::debug!(%attempt, gpus = ?assignment.gpus, cpus = ?assignment.cpus, memory_bytes = ?assignment.memory_bytes, "resources assigned");
         let (control, control_rx) = mpsc::channel(4);
-        self.slots[index] = Some(Slot { attempt, control });
+        self.slots[index] = Some(Slot {
+            attempt,
+            control,
+            assignment: assignment.clone(),
+        });
         let worker = self.host.worker(index as u32);
         let env = self.env.clone();
         let events = self.events_tx.clone();
@@ -260,6 +298,7 @@ impl Agent {
             adapter,
             dispatch,
             worker,
+            assignment,
             control_rx,
             attempt_events,
         ));
@@ -276,7 +315,12 @@ impl Agent {
     fn on_attempt(&mut self, event: AttemptEvent) {
         match event {
             AttemptEvent::Accepted { attempt, slot } => {
-                self.send(HostMessage::Accepted { attempt, slot })
+                let assignment = self.ledger.held(attempt).cloned().unwrap_or_default();
+                self.send(HostMessage::Accepted {
+                    attempt,
+                    slot,
+                    assignment,
+                })
             }
             AttemptEvent::Rejected {
                 attempt,
@@ -299,12 +343,15 @@ impl Agent {
         }
     }
 
+    /// The attempt has ended (its trainer is gone): its slot, devices and
+    /// share are free.
     fn free(&mut self, slot: u32, attempt: AttemptRef) {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             if s.as_ref().is_some_and(|s| s.attempt == attempt) {
                 *s = None;
             }
         }
+        self.ledger.release(attempt);
         self.last_progress.remove(&attempt);
     }
 

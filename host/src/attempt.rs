@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate};
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, WorkerId};
 
 /// What the agent may ask of a running attempt.
@@ -59,12 +60,14 @@ pub struct Adapter {
     pub allowlist: Arc<Allowlist>,
 }
 
-/// Runs the attempt to its end and reports through `events`.
+/// Runs the attempt to its end, with the devices and share in
+/// `assignment`, and reports through `events`.
 pub async fn run(
     env: AttemptEnv,
     adapter: Adapter,
     dispatch: Dispatch,
     worker: WorkerId,
+    assignment: Assignment,
     mut control: mpsc::Receiver<Control>,
     events: mpsc::Sender<AttemptEvent>,
 ) {
@@ -124,6 +127,7 @@ pub async fn run(
         env: &env,
         attempt,
         slot,
+        assignment: &assignment,
         events: &events,
         progress: Throttle::new(env.config.progress_interval),
     };
@@ -138,6 +142,7 @@ pub async fn run(
         host: env.config.id.clone(),
         slot,
         outcome,
+        assignment: assignment.clone(),
         duration_ms: started.elapsed().as_millis() as u64,
         finished_at_ms: now_ms(),
     };
@@ -193,6 +198,8 @@ struct Run<'a> {
     attempt: AttemptRef,
     /// The host's slot the attempt runs in.
     slot: u32,
+    /// Its devices and share, handed to the trainer.
+    assignment: &'a Assignment,
     events: &'a mpsc::Sender<AttemptEvent>,
     progress: Throttle,
 }
@@ -262,7 +269,7 @@ impl Run<'_> {
         };
         let mut instance = match adapter.loaded.instantiate(context).await {
             Ok(i) => i,
-            Err(fault) => return failed(fault.to_string(), false),
+            Err(fault) => return failed(fault.to_string(), fault.retryable()),
         };
         let input = TaskInput {
             attempt: self.attempt,
@@ -304,6 +311,9 @@ impl Run<'_> {
                 env.push((name, value));
             }
         }
+        // The devices and share are the host's to say, whoever set them.
+        env.retain(|(n, _)| !Assignment::reserved_variable(n));
+        env.extend(self.assignment.env());
         let spec = LaunchSpec {
             executable: command.executable,
             program_name: command.program,

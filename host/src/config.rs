@@ -5,6 +5,7 @@ use crate::runtime::RuntimeConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 use trainyard_proto::auth::ClusterSecret;
+use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{HostId, Timers};
 
 /// One adapter the host loads.
@@ -33,6 +34,8 @@ pub struct HostConfig {
     /// `host:port` of the master's host listener.
     pub master: String,
     pub slots: u32,
+    /// CPUs, memory and GPUs offered to tasks.
+    pub resources: HostCapacity,
     /// Task workspaces live under here.
     pub work_dir: PathBuf,
     pub redis_url: String,
@@ -63,7 +66,8 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    /// Settings for a host of the given id; tests and benchmarks adjust the rest.
+    /// Settings for a host of the given id, offering the machine's CPUs and
+    /// memory and no GPUs; tests and benchmarks adjust the rest.
     pub fn new(
         id: HostId,
         master: String,
@@ -75,6 +79,11 @@ impl HostConfig {
             id,
             master,
             slots: 2,
+            resources: HostCapacity {
+                cpus: crate::capacity::machine_cpus(),
+                memory_bytes: crate::capacity::machine_memory(),
+                gpus: vec![],
+            },
             work_dir,
             redis_url,
             key_prefix: String::new(),
@@ -102,4 +111,76 @@ pub fn default_supervisor() -> PathBuf {
         .ok()
         .and_then(|exe| exe.parent().map(|dir| dir.join("trainyard-supervise")))
         .unwrap_or_else(|| PathBuf::from("trainyard-supervise"))
+}
+
+/// `[host.resources]`: what the host offers to tasks. What is left out is
+/// found on the machine.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourceSettings {
+    /// CPUs offered; the CPUs this process may run on by default.
+    pub cpus: Option<f64>,
+    /// Memory offered, in bytes or with a unit ("64GiB"); all physical
+    /// memory by default.
+    #[serde(deserialize_with = "trainyard_proto::resources::memory_amount::deserialize")]
+    pub memory: Option<u64>,
+    /// `"auto"` (the GPUs `nvidia-smi` lists; none without it) or the
+    /// devices' names.
+    pub gpus: GpuSetting,
+}
+
+/// Which GPUs a host offers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "GpuWords", into = "GpuWords")]
+pub enum GpuSetting {
+    /// Found with `nvidia-smi`.
+    #[default]
+    Auto,
+    /// Named by the operator (tests and fleets without GPUs declare
+    /// devices this way).
+    Listed(Vec<String>),
+}
+
+/// How [`GpuSetting`] is written: `"auto"` or a list of names.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum GpuWords {
+    Word(String),
+    List(Vec<String>),
+}
+
+impl TryFrom<GpuWords> for GpuSetting {
+    type Error = String;
+    fn try_from(words: GpuWords) -> Result<Self, String> {
+        match words {
+            GpuWords::Word(w) if w == "auto" => Ok(GpuSetting::Auto),
+            GpuWords::Word(w) => Err(format!(
+                "gpus must be \"auto\" or a list of device names such as [\"0\", \"1\"], not {w:?}"
+            )),
+            GpuWords::List(names) => Ok(GpuSetting::Listed(names)),
+        }
+    }
+}
+
+impl From<GpuSetting> for GpuWords {
+    fn from(g: GpuSetting) -> Self {
+        match g {
+            GpuSetting::Auto => GpuWords::Word("auto".into()),
+            GpuSetting::Listed(names) => GpuWords::List(names),
+        }
+    }
+}
+
+impl ResourceSettings {
+    /// The capacity to offer: what is configured, the machine's for the rest.
+    pub fn resolve(&self) -> HostCapacity {
+        HostCapacity {
+            cpus: self.cpus.unwrap_or_else(crate::capacity::machine_cpus),
+            memory_bytes: self.memory.unwrap_or_else(crate::capacity::machine_memory),
+            gpus: match &self.gpus {
+                GpuSetting::Auto => crate::capacity::detect_gpus(),
+                GpuSetting::Listed(names) => names.clone(),
+            },
+        }
+    }
 }

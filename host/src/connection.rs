@@ -19,6 +19,7 @@ use tokio_util::codec::Framed;
 use trainyard_proto::auth::{nonce, ClusterSecret};
 use trainyard_proto::frame::MessageCodec;
 use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
+use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{HostId, Timers, PROTOCOL_VERSION};
 
 type MasterFrames = Framed<TcpStream, MessageCodec<MasterMessage, HostMessage>>;
@@ -28,6 +29,7 @@ pub struct ConnectionConfig {
     pub host: HostId,
     pub master: String,
     pub slots: u32,
+    pub capacity: HostCapacity,
     pub adapters: Vec<AdapterInfo>,
     pub secret: ClusterSecret,
     pub timers: Timers,
@@ -158,6 +160,7 @@ async fn handshake(
         protocol: PROTOCOL_VERSION,
         host_id: config.host.clone(),
         slots: config.slots,
+        capacity: config.capacity.clone(),
         adapters: config.adapters.clone(),
         running,
         nonce: host_nonce.clone(),

@@ -6,6 +6,7 @@
 //! - [`config`]: the host's settings.
 //! - [`connection`]: connect, handshake, backoff ([`backoff`]).
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
+//! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
 //! - [`attempt`]: one attempt from lease to report.
 //! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
@@ -16,6 +17,7 @@
 pub mod agent;
 pub mod attempt;
 pub mod backoff;
+pub mod capacity;
 pub mod config;
 pub mod connection;
 pub mod lease;
@@ -53,6 +55,14 @@ pub enum HostError {
     },
     #[error("the trainer supervisor {0} does not exist; build it (`cargo build`) or set host.supervisor")]
     Supervisor(String),
+    #[error(
+        "host.slots = {slots} is more than host.adapter_instances = {instances}: every running \
+         attempt holds one adapter instance, so a full host could not start its last attempts; \
+         raise host.adapter_instances to at least {slots} or lower host.slots"
+    )]
+    PoolTooSmall { slots: u32, instances: u32 },
+    #[error("invalid [host.resources]: {0}")]
+    Resources(String),
 }
 
 /// Loads every configured adapter, applying the operator's policy for the
@@ -136,6 +146,17 @@ pub async fn start(
     observer: Option<connection::AttemptObserver>,
 ) -> Result<RunningHost, HostError> {
     config.timers.validate()?;
+    let instances = runtime.config().max_instances;
+    if config.slots > instances {
+        return Err(HostError::PoolTooSmall {
+            slots: config.slots,
+            instances,
+        });
+    }
+    config
+        .resources
+        .validate()
+        .map_err(|e| HostError::Resources(e.to_string()))?;
     if !config.supervisor.exists() {
         return Err(HostError::Supervisor(
             config.supervisor.display().to_string(),
@@ -161,11 +182,13 @@ pub async fn start(
         base_env: Arc::new(base_env(&config)),
         config: config.clone(),
     };
-    let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters);
+    let ledger = capacity::Ledger::new(config.resources.clone());
+    let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
     let connection = connection::ConnectionConfig {
         host: config.id.clone(),
         master: config.master.clone(),
         slots: config.slots,
+        capacity: config.resources.clone(),
         adapters: agent.adapter_infos(),
         secret: config.cluster_secret.clone(),
         timers: config.timers.clone(),
@@ -175,6 +198,9 @@ pub async fn start(
         host = %config.id,
         master = %config.master,
         slots = config.slots,
+        cpus = config.resources.cpus,
+        memory_bytes = config.resources.memory_bytes,
+        gpus = ?config.resources.gpus,
         backoff = %connection::describe_backoff(&config.timers),
         "host starting"
     );

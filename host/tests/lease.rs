@@ -41,6 +41,7 @@ fn report(host: &str, attempt: AttemptRef) -> AttemptReport {
             checkpoint: None,
             summary: None,
         },
+        assignment: Default::default(),
         duration_ms: 1,
         finished_at_ms: 0,
     }

@@ -877,7 +877,7 @@ async fn compiled_components_are_cached_and_a_corrupt_cache_is_replaced() {
 // Capacity
 
 #[tokio::test]
-async fn instances_past_the_pool_size_are_refused_until_one_is_dropped() {
+async fn an_attempt_waits_for_a_free_adapter_instance_and_a_long_wait_is_retryable() {
     let runtime = AdapterRuntime::new(RuntimeConfig {
         max_instances: 2,
         ..fast_config()
@@ -886,22 +886,36 @@ async fn instances_past_the_pool_size_are_refused_until_one_is_dropped() {
     let noop = load(&runtime, "noop").await;
     let attempt = Attempt::new(15);
     let first = noop.instantiate(attempt.context.clone()).await.unwrap();
-    let _second = noop.instantiate(attempt.context.clone()).await.unwrap();
+    let second = noop.instantiate(attempt.context.clone()).await.unwrap();
+
+    // Every instance stays taken past the call deadline: the attempt fails,
+    // saying the host was busy, and may be retried.
     let fault = noop
         .instantiate(attempt.context.clone())
         .await
-        .expect_err("the pool is full");
+        .expect_err("the pool stayed full");
     assert!(
-        matches!(fault, AdapterFault::Instantiation { .. }),
+        matches!(fault, AdapterFault::NoInstance { capacity: 2, .. }),
         "{fault:?}"
     );
+    assert!(fault.retryable(), "a busy host is not the task's fault");
     assert!(
-        fault
-            .to_string()
-            .starts_with(r#"adapter "noop" could not be instantiated: "#),
+        fault.to_string().contains("host.adapter_instances"),
         "{fault}"
     );
+
+    // An attempt that finds the pool full waits for an instance to come back.
+    let waiting = tokio::spawn({
+        let noop = noop.clone();
+        let context = attempt.context.clone();
+        async move { noop.instantiate(context).await.map(|_| ()) }
+    });
     drop(first);
+    waiting
+        .await
+        .unwrap()
+        .expect("the waiting attempt got the instance given back");
+    drop(second);
     let mut third = noop.instantiate(attempt.context.clone()).await.unwrap();
     assert!(third.prepare(&task(&attempt, "{}")).await.unwrap().is_ok());
 }

@@ -2,8 +2,13 @@
 //! `config.toml`, the environment and flags.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::Timers;
+
+/// Default of `master.reserve_after`: how long the first task in queue
+/// order waits without fitting before it reserves a host.
+pub const DEFAULT_RESERVE_AFTER: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 pub struct MasterConfig {
@@ -31,6 +36,9 @@ pub struct MasterConfig {
     pub known_adapters: Vec<String>,
     /// Most commands the scheduler handles in one turn (one transaction).
     pub max_batch: usize,
+    /// How long the first task in queue order may wait without fitting
+    /// anywhere before it reserves a host.
+    pub reserve_after: Duration,
 }
 
 impl MasterConfig {
@@ -56,6 +64,7 @@ impl MasterConfig {
             default_max_attempts: 3,
             known_adapters: vec![],
             max_batch: 4096,
+            reserve_after: DEFAULT_RESERVE_AFTER,
         }
     }
 }

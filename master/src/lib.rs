@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - [`model`]: tasks, attempts and hosts as plain data.
+//! - [`placement`]: which host may run which task, and why a task waits.
 //! - [`store`]: the task table through sqlx (SQLite or PostgreSQL).
 //! - [`scheduler`]: the single writer of task state — queue, dispatch,
 //!   reports, the recovery sweep.
@@ -18,6 +19,7 @@ pub mod api;
 pub mod config;
 pub mod events;
 pub mod model;
+pub mod placement;
 pub mod reconcile;
 pub mod recovery;
 pub mod scheduler;
@@ -72,10 +74,13 @@ impl RunningMaster {
     }
 }
 
-/// Connects to the database (running migrations) and Redis, reconciles, and
-/// starts the scheduler, the host listener and the API.
+/// Takes the database's master lock, connects to the database (running
+/// migrations) and Redis, reconciles, and starts the scheduler, the host
+/// listener and the API. The master stops by itself if it loses the lock to
+/// another master.
 pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     config.timers.validate()?;
+    let lock = store::MasterLock::acquire(&config.database_url).await?;
     let store = store::Store::connect(&config.database_url).await?;
     tracing::info!(backend = ?store.backend(), "task store ready");
     let redis = Arc::new(
@@ -96,6 +101,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             timers: config.timers.clone(),
             max_batch: config.max_batch,
             known_adapters: config.known_adapters.clone(),
+            reserve_after: config.reserve_after,
         },
     )
     .await?;
@@ -133,6 +139,17 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         }
     };
     let mut tasks = JoinSet::new();
+    let lock_stop = stop.clone();
+    let lock_stopped = until_stopped();
+    tasks.spawn(async move {
+        tokio::select! {
+            reason = lock.lost() => {
+                tracing::error!(%reason, "stopping: this master lost its lock on the database");
+                let _ = lock_stop.send(true);
+            }
+            _ = lock_stopped => {}
+        }
+    });
     tasks.spawn(scheduler.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,
@@ -147,6 +164,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     ));
     let app = api::router(api::AppState {
         store,
+        placement: handle.placement(),
         scheduler: handle.clone(),
         events,
         api_token: config.api_token.clone().into(),

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use trainyard_proto::messages::{Checkpoint, Metric, Progress};
+use trainyard_proto::resources::{Assignment, HostCapacity, ResourceRequest};
 use trainyard_proto::TaskId;
 
 /// Where a task is in its life.
@@ -126,6 +127,8 @@ pub struct NewTask {
     pub max_attempts: u32,
     /// Wall-clock limit of each attempt's trainer.
     pub timeout_secs: Option<u64>,
+    /// CPUs, memory and GPUs it needs on one host.
+    pub resources: ResourceRequest,
 }
 
 /// Figures by name, as the API shows them.
@@ -224,6 +227,9 @@ pub struct Task {
     pub runs: u32,
     pub max_attempts: u32,
     pub timeout_secs: Option<u64>,
+    /// CPUs, memory and GPUs it needs on one host.
+    #[serde(default)]
+    pub resources: ResourceRequest,
     /// The host of the current attempt, while live (and after, for history).
     pub host: Option<String>,
     pub slot: Option<u32>,
@@ -252,6 +258,9 @@ pub struct Attempt {
     pub outcome: Option<AttemptOutcome>,
     pub error: Option<String>,
     pub metrics: Option<Metrics>,
+    /// The devices and share its host gave it, once the host accepted it.
+    #[serde(default)]
+    pub assignment: Option<Assignment>,
 }
 
 /// A task with its attempts: what `GET /v1/tasks/{id}` returns.
@@ -260,6 +269,9 @@ pub struct TaskDetail {
     #[serde(flatten)]
     pub task: Task,
     pub attempts: Vec<Attempt>,
+    /// While PENDING: why no host has taken it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// A host the master has seen, as persisted.
@@ -267,6 +279,8 @@ pub struct TaskDetail {
 pub struct HostRecord {
     pub id: String,
     pub slots: u32,
+    /// What it offers; `None` for a host recorded before hosts declared it.
+    pub capacity: Option<HostCapacity>,
     pub adapters: Vec<trainyard_proto::messages::AdapterInfo>,
     pub agent: String,
     pub first_seen_ms: i64,

@@ -367,6 +367,7 @@ mod tests {
             host: HostId::new("h1").unwrap(),
             slot: 0,
             outcome,
+            assignment: Default::default(),
             duration_ms: 5,
             finished_at_ms: 0,
         }

@@ -103,6 +103,7 @@ impl FakeHost {
                 kinds: vec!["noop".into()],
             }],
             running,
+            capacity: Default::default(),
             proof: secret.host_proof(&challenge.nonce, &host_nonce, id),
             nonce: host_nonce,
             agent: "fake".into(),
@@ -152,6 +153,7 @@ async fn submit_noop(s: &Setup) -> u64 {
             priority: 0,
             max_attempts: 5,
             timeout_secs: None,
+            resources: Default::default(),
         }])
         .await
         .unwrap();
@@ -186,7 +188,11 @@ fn dispatch_of(m: &MasterMessage) -> Option<AttemptRef> {
 }
 
 fn running(attempt: AttemptRef) -> Vec<RunningAttempt> {
-    vec![RunningAttempt { attempt, slot: 0 }]
+    vec![RunningAttempt {
+        attempt,
+        slot: 0,
+        assignment: Default::default(),
+    }]
 }
 
 fn report(host: &str, attempt: AttemptRef) -> HostMessage {
@@ -202,6 +208,7 @@ fn report(host: &str, attempt: AttemptRef) -> HostMessage {
             checkpoint: None,
             summary: None,
         },
+        assignment: Default::default(),
         duration_ms: 1,
         finished_at_ms: 0,
     })
@@ -219,6 +226,7 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     a.send(HostMessage::Accepted {
         attempt: first,
         slot: 0,
+        assignment: Default::default(),
     })
     .await;
     wait_status(&s, id, TaskStatus::Running).await;
@@ -246,6 +254,7 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     b.send(HostMessage::Accepted {
         attempt: second,
         slot: 0,
+        assignment: Default::default(),
     })
     .await;
     b.send(report("host-b", second)).await;
@@ -280,7 +289,12 @@ async fn reports_for_tasks_a_host_was_never_given_change_nothing() {
     let mut a = FakeHost::connect(&s, "host-a", vec![]).await;
     let id = submit_noop(&s).await;
     let attempt = dispatch_of(&a.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
-    a.send(HostMessage::Accepted { attempt, slot: 0 }).await;
+    a.send(HostMessage::Accepted {
+        attempt,
+        slot: 0,
+        assignment: Default::default(),
+    })
+    .await;
     wait_status(&s, id, TaskStatus::Running).await;
 
     // Another host reports a's task, in its own name and in a's name.

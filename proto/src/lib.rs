@@ -9,6 +9,7 @@
 //! - [`auth`]: the HMAC challenge-response that proves a host knows the
 //!   cluster secret without sending it.
 //! - [`keys`]: Redis key names and lease values.
+//! - [`resources`]: host capacity, task requests and attempt assignments.
 //! - [`redis_link`] (feature `redis`): a Redis connection that survives
 //!   Redis being down at start-up and reconnects after it restarts.
 //! - [`timers`]: the intervals and TTLs master and hosts must agree on.
@@ -23,13 +24,16 @@ pub mod keys;
 pub mod messages;
 #[cfg(feature = "redis")]
 pub mod redis_link;
+pub mod resources;
 pub mod timers;
 
 pub use ids::{AttemptRef, HostId, InvalidId, TaskId, WorkerId};
 pub use timers::Timers;
 
 /// Version of the wire protocol. A master refuses hosts that speak another.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version 2 added resources: capacity in the hello, the request in each
+/// dispatch, the assignment with each attempt, and the liveness probe.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

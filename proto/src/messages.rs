@@ -12,6 +12,7 @@
 //! from an attempt that is no longer current changes nothing.
 
 use crate::ids::{AttemptRef, HostId};
+use crate::resources::{Assignment, HostCapacity, ResourceRequest};
 use serde::{Deserialize, Serialize};
 
 /// Sent by the master as soon as a host connects.
@@ -31,11 +32,15 @@ pub struct AdapterInfo {
     pub kinds: Vec<String>,
 }
 
-/// An attempt a host is running, and in which of its slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// An attempt a host is running, in which of its slots, and what it holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunningAttempt {
     pub attempt: AttemptRef,
     pub slot: u32,
+    /// The devices and share the host gave it, so the master counts them
+    /// busy even for an attempt it no longer considers live.
+    #[serde(default)]
+    pub assignment: Assignment,
 }
 
 /// The host's answer to the challenge: who it is, what it can run, what it is
@@ -46,6 +51,9 @@ pub struct Hello {
     pub host_id: HostId,
     /// How many tasks the host runs at once.
     pub slots: u32,
+    /// CPUs, memory and devices it offers to tasks.
+    #[serde(default)]
+    pub capacity: HostCapacity,
     pub adapters: Vec<AdapterInfo>,
     /// Attempts still running from before this connection.
     pub running: Vec<RunningAttempt>,
@@ -93,6 +101,9 @@ pub struct Dispatch {
     pub checkpoint: Option<Checkpoint>,
     /// Wall-clock limit for the trainer, if the task has one.
     pub timeout_secs: Option<u64>,
+    /// What the task asked for; the host picks the devices.
+    #[serde(default)]
+    pub resources: ResourceRequest,
 }
 
 /// A named figure.
@@ -148,6 +159,9 @@ pub struct AttemptReport {
     pub host: HostId,
     pub slot: u32,
     pub outcome: Outcome,
+    /// What the attempt held until it ended.
+    #[serde(default)]
+    pub assignment: Assignment,
     /// Wall-clock milliseconds from lease to report.
     pub duration_ms: u64,
     pub finished_at_ms: i64,
@@ -161,10 +175,13 @@ pub enum HostMessage {
     Heartbeat {
         running: Vec<RunningAttempt>,
     },
-    /// The host holds the attempt's lease and has started it in `slot`.
+    /// The host holds the attempt's lease and has started it in `slot`
+    /// with these devices and this share.
     Accepted {
         attempt: AttemptRef,
         slot: u32,
+        #[serde(default)]
+        assignment: Assignment,
     },
     /// The host did not start the attempt and holds no lease for it.
     Rejected {
@@ -196,6 +213,9 @@ pub enum MasterMessage {
         reason: String,
     },
     HeartbeatAck,
+    /// Answer with a heartbeat now: another connection claims this host's
+    /// id, and a live connection keeps its place only by answering.
+    Probe,
     /// The master has recorded this report; the host may forget it.
     ReportAck {
         attempt: AttemptRef,
@@ -227,6 +247,7 @@ impl MasterMessage {
             Self::Cancel { .. } => "cancel",
             Self::Stop { .. } => "stop",
             Self::HeartbeatAck => "heartbeat-ack",
+            Self::Probe => "probe",
             Self::ReportAck { .. } => "report-ack",
         }
     }

@@ -99,6 +99,15 @@ impl Timers {
         self.lease_safety_margin.min(self.lease_ttl / 4)
     }
 
+    /// How long a connection that holds a host's id has to answer a
+    /// liveness probe when a second connection claims that id: half the
+    /// handshake timeout, so the newcomer hears the verdict within its own
+    /// handshake. A connection that does not answer in time is closed and
+    /// the newcomer takes its place; one that answers keeps it.
+    pub fn liveness_probe_timeout(&self) -> Duration {
+        (self.handshake_timeout / 2).min(self.idle_timeout)
+    }
+
     /// Checks the relations the recovery guarantees rely on.
     pub fn validate(&self) -> Result<(), InvalidTimers> {
         let fail = |m: &str| Err(InvalidTimers(m.to_string()));

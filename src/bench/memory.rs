@@ -43,6 +43,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
                 priority: 0,
                 max_attempts: 3,
                 timeout_secs: None,
+                resources: Default::default(),
             })
             .collect();
         store

@@ -128,6 +128,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                 priority: 0,
                 max_attempts: 3,
                 timeout_secs: None,
+                resources: Default::default(),
             })
             .collect();
         let batch = Batch {
@@ -165,6 +166,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
             .map(|(task, worker)| Write::Start {
                 attempt: AttemptRef::new(*task, 1),
                 slot: worker.slot,
+                assignment: None,
             })
             .collect();
         for writes in [dispatches, starts] {

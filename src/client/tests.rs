@@ -214,7 +214,9 @@ async fn one_task_comes_back_with_its_attempts() {
             outcome: Some(trainyard_master::model::AttemptOutcome::LeaseLost),
             error: Some("lease lapsed".into()),
             metrics: None,
+            assignment: None,
         }],
+        waiting: None,
     };
     let body = serde_json::to_string(&detail).unwrap();
     let server = serve(move |_| Reply::Json(200, body.clone())).await;

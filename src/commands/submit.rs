@@ -40,6 +40,15 @@ pub struct SubmitArgs {
     /// A name to recognise the task by (every copy of a --count gets the same name)
     #[arg(long)]
     pub name: Option<String>,
+    /// CPUs the task needs on its host (fractions allowed, e.g. 0.5)
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Memory the task needs on its host: bytes, or with a unit (512MiB, 4GiB)
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory: Option<u64>,
+    /// GPUs the task needs on one host (whole devices, never shared)
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
     /// Submit N copies in one batch (all accepted or none)
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_COUNT as i64))]
@@ -51,6 +60,11 @@ pub struct SubmitArgs {
     /// unless all COMPLETED
     #[arg(long)]
     pub wait: bool,
+}
+
+/// `--memory`: bytes or an amount with a unit.
+pub fn parse_memory(text: &str) -> Result<u64, String> {
+    trainyard_proto::resources::parse_memory(text).map_err(|e| e.to_string())
 }
 
 /// `--params`: a JSON object.
@@ -105,9 +119,27 @@ pub fn build_tasks(args: &SubmitArgs) -> Vec<Value> {
                     task.insert(field.into(), value);
                 }
             }
+            if let Some(resources) = resources(args) {
+                task.insert("resources".into(), resources);
+            }
             Value::Object(task)
         })
         .collect()
+}
+
+/// `--cpus`, `--memory` and `--gpus` as the API's `resources`, if any was given.
+fn resources(args: &SubmitArgs) -> Option<Value> {
+    let mut resources = Map::new();
+    if let Some(cpus) = args.cpus {
+        resources.insert("cpus".into(), json!(cpus));
+    }
+    if let Some(memory) = args.memory {
+        resources.insert("memory".into(), json!(memory));
+    }
+    if let Some(gpus) = args.gpus {
+        resources.insert("gpus".into(), json!(gpus));
+    }
+    (!resources.is_empty()).then_some(Value::Object(resources))
 }
 
 pub async fn run(client: &ApiClient, args: SubmitArgs) -> anyhow::Result<()> {
@@ -264,6 +296,31 @@ mod tests {
 
         let plain = build_tasks(&args(&["--adapter", "a", "--count", "2"]).unwrap());
         assert_eq!(plain, vec![json!({"adapter": "a", "params": {}}); 2]);
+    }
+
+    #[test]
+    fn resource_flags_become_the_tasks_request() {
+        let a = args(&[
+            "--adapter",
+            "a",
+            "--cpus",
+            "2",
+            "--memory",
+            "4GiB",
+            "--gpus",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(
+            build_tasks(&a)[0]["resources"],
+            json!({"cpus": 2.0, "memory": 4u64 << 30, "gpus": 1})
+        );
+        let plain = build_tasks(&args(&["--adapter", "a"]).unwrap());
+        assert!(plain[0].get("resources").is_none());
+        let e = args(&["--adapter", "a", "--memory", "lots"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lots"), "{e}");
     }
 
     #[test]

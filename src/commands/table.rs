@@ -173,6 +173,16 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
             } else {
                 format!("{MISSING}/{}", h.slots)
             };
+            let gpus = match (&h.capacity, h.connected) {
+                (Some(c), _) if c.gpus.is_empty() => MISSING.to_string(),
+                (Some(c), true) => format!(
+                    "{}/{}",
+                    (c.gpus.len() as u32).saturating_sub(h.free.gpus),
+                    c.gpus.len()
+                ),
+                (Some(c), false) => format!("{MISSING}/{}", c.gpus.len()),
+                (None, _) => MISSING.to_string(),
+            };
             let adapters: Vec<String> = h
                 .adapters
                 .iter()
@@ -188,6 +198,7 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
                 h.id.clone(),
                 if h.connected { "yes" } else { "no" }.to_string(),
                 slots,
+                gpus,
                 if adapters.is_empty() {
                     MISSING.into()
                 } else {
@@ -207,11 +218,12 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
             "HOST",
             "CONNECTED",
             "SLOTS",
+            "GPUS",
             "ADAPTERS",
             "RUNNING",
             "LAST SEEN",
         ],
-        &[2],
+        &[2, 3],
         rows,
     )
 }

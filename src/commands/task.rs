@@ -37,6 +37,9 @@ pub fn render_report(detail: &TaskDetail) -> String {
     let mut line = |label: &str, value: String| out.push_str(&format!("{label:<12}{value}\n"));
 
     line("status", status(t));
+    if let Some(why) = &detail.waiting {
+        line("waiting", why.clone());
+    }
     line(
         "adapter",
         match t.kind.as_str() {
@@ -46,6 +49,17 @@ pub fn render_report(detail: &TaskDetail) -> String {
     );
     line("params", t.params.to_string());
     line("priority", t.priority.to_string());
+    if !t.resources.is_empty() {
+        line("resources", t.resources.to_string());
+    }
+    if let Some(devices) = detail
+        .attempts
+        .last()
+        .and_then(|a| a.assignment.as_ref())
+        .filter(|a| !a.gpus.is_empty())
+    {
+        line("gpus", devices.gpus.join(", "));
+    }
     line(
         "host",
         match (&t.host, t.slot) {
@@ -211,6 +225,7 @@ mod tests {
             outcome: Some(outcome),
             error: None,
             metrics: None,
+            assignment: None,
         };
         let detail = TaskDetail {
             task: t,
@@ -218,6 +233,7 @@ mod tests {
                 attempt(1, AttemptOutcome::LeaseLost),
                 attempt(2, AttemptOutcome::Completed),
             ],
+            waiting: None,
         };
 
         let report = render_report(&detail);
@@ -259,12 +275,20 @@ mod tests {
         t.host = None;
         t.slot = None;
         t.kind = String::new();
+        t.resources = trainyard_proto::resources::ResourceRequest {
+            cpus: None,
+            memory_bytes: None,
+            gpus: 2,
+        };
         let report = render_report(&TaskDetail {
             task: t,
             attempts: vec![],
+            waiting: Some("needs 2 GPUs; largest free: 1 GPU on gpu-3".into()),
         });
         for expected in [
             "task 8\n",
+            "waiting     needs 2 GPUs; largest free: 1 GPU on gpu-3\n",
+            "resources   2 GPUs\n",
             "adapter     python-trainer\n",
             "host        -\n",
             "attempt     none yet (3 runs allowed)\n",
@@ -295,6 +319,7 @@ mod tests {
         let report = render_report(&TaskDetail {
             task: t,
             attempts: vec![],
+            waiting: None,
         });
         assert!(
             report.contains("status      RUNNING, cancel requested\n"),

@@ -312,3 +312,122 @@ pub fn assert_attempts_never_overlapped(trace: &[(u32, String, f64)]) {
         );
     }
 }
+
+impl TestCluster {
+    /// Writes the cluster's settings, changed by `configure`, to a config
+    /// file of its own (`<dir>/<file>`), for a process that must differ
+    /// from the others (another adapter, other devices, other ports).
+    pub fn config_variant(
+        &self,
+        file: &str,
+        configure: impl FnOnce(&mut trainyard::settings::Settings),
+    ) -> PathBuf {
+        let mut settings = self.cluster.settings.clone();
+        configure(&mut settings);
+        let path = self.cluster.dir.join(file);
+        std::fs::write(&path, toml::to_string(&settings).expect("settings as TOML"))
+            .expect("config file");
+        path
+    }
+
+    /// Starts `trainyard --config <config> <args…>` as a process named
+    /// `name` (its log is `<dir>/<name>.log`).
+    pub fn spawn_with_config(&self, name: &str, config: &Path, args: &[&str]) -> Process {
+        let mut full = vec!["--config".to_string(), config.display().to_string()];
+        full.extend(args.iter().map(|a| a.to_string()));
+        Process::spawn(
+            name,
+            &self.cluster.bins.trainyard,
+            &full,
+            &self.cluster.env,
+            &self.cluster.dir.join(format!("{name}.log")),
+        )
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e:#}"))
+    }
+
+    /// Starts a host with id `id` whose settings `configure` changes; the
+    /// process is named `name`, so two processes may claim one id.
+    pub fn start_host_with(
+        &mut self,
+        name: &str,
+        id: &str,
+        configure: impl FnOnce(&mut trainyard::settings::Settings),
+    ) -> usize {
+        let config = self.config_variant(&format!("{name}.toml"), configure);
+        let work = self.cluster.dir.join("work").join(name);
+        let work = work.display().to_string();
+        let process =
+            self.spawn_with_config(name, &config, &["host", "--id", id, "--work-dir", &work]);
+        self.hosts.push(process);
+        self.hosts.len() - 1
+    }
+
+    /// Runs a `trainyard` command against this cluster and returns what
+    /// it printed on stdout (panics if it fails).
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new(&self.cluster.bins.trainyard)
+            .arg("--config")
+            .arg(&self.cluster.config_path)
+            .args(args)
+            .output()
+            .expect("run trainyard");
+        assert!(
+            out.status.success(),
+            "trainyard {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until `check` holds for the hosts the master reports.
+    pub async fn wait_for_hosts_where(
+        &self,
+        what: &str,
+        check: impl Fn(&[trainyard::client::HostView]) -> bool,
+    ) -> Vec<trainyard::client::HostView> {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(hosts) = self.client().hosts().await {
+                if check(&hosts) {
+                    return hosts;
+                }
+            }
+            if Instant::now() > until {
+                panic!("hosts: {what} not seen within 60 s\n{}", self.all_logs());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Waits until `process` has exited, and returns its log.
+pub async fn exited(process: &mut Process, timeout: Duration) -> String {
+    let until = Instant::now() + timeout;
+    while process.running() {
+        assert!(
+            Instant::now() < until,
+            "{} still runs after {timeout:?}:\n{}",
+            process.name,
+            process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    process.log_text()
+}
+
+/// Waits until the log of `process` contains `text`.
+pub async fn logged(process: &Process, text: &str, timeout: Duration) -> String {
+    let until = Instant::now() + timeout;
+    loop {
+        let log = process.log_text();
+        if log.contains(text) {
+            return log;
+        }
+        assert!(
+            Instant::now() < until,
+            "{} did not log {text:?} within {timeout:?}:\n{log}",
+            process.name
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -55,6 +55,10 @@ pub enum Attack {
     /// Launch `python3` to write the names of its environment variables
     /// into the workspace; `finish` reports them.
     DumpEnv,
+    /// Launch `python3` to print the values of these environment variables
+    /// as one JSON line (passed on as the progress message, so a test reads
+    /// what the trainer saw while it runs), then stay alive `hold_secs`.
+    EnvValues { names: Vec<String>, hold_secs: u64 },
 }
 
 /// One of the calls an attempt makes on the adapter.
@@ -143,6 +147,10 @@ pub fn parse(params: &str) -> Result<Attack, String> {
             Some(other) => return Err(format!("\"in\" must be prepare or finish, not {other:?}")),
         }),
         "dump-env" => Attack::DumpEnv,
+        "env-values" => Attack::EnvValues {
+            names: strings(&map, "names")?.ok_or("\"env-values\" needs \"names\"")?,
+            hold_secs: map.get("hold_secs").and_then(Value::as_u64).unwrap_or(0),
+        },
         "probe" => Attack::Probe {
             tcp: strings(&map, "tcp")?.unwrap_or_default(),
         },
@@ -229,6 +237,13 @@ mod tests {
         assert_eq!(
             parse(r#"{"attack":"log-flood"}"#),
             Ok(Attack::LogFlood { records: 100_000 })
+        );
+        assert_eq!(
+            parse(r#"{"attack":"env-values","names":["A"],"hold_secs":5}"#),
+            Ok(Attack::EnvValues {
+                names: vec!["A".to_owned()],
+                hold_secs: 5
+            })
         );
     }
 

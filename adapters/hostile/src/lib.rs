@@ -102,6 +102,13 @@ impl Guest for Hostile {
             Attack::DumpEnv => python(
                 "import os, json; open('env.json', 'w').write(json.dumps(sorted(os.environ)))",
             ),
+            Attack::EnvValues { names, hold_secs } => python(&format!(
+                // A JSON list of strings is also a Python list literal.
+                "import os, json, time; \
+                 print(json.dumps({{n: os.environ.get(n) for n in {}}}), flush=True); \
+                 time.sleep({hold_secs})",
+                Value::from(names.clone())
+            )),
             Attack::LogFlood { records } => {
                 for i in 0..*records {
                     log(LogLevel::Info, &format!("hostile log flood, record {i}"));
@@ -124,6 +131,14 @@ impl Guest for Hostile {
         match recall().0 {
             Attack::Loop(Phase::Output) => spin(),
             Attack::ProgressFlood { over } => Some(oversized::progress(&line, over)),
+            Attack::EnvValues { .. } => Some(Progress {
+                episode: None,
+                total_episodes: None,
+                episode_return: None,
+                metrics: Vec::new(),
+                checkpoint: None,
+                message: Some(line),
+            }),
             _ => None,
         }
     }

@@ -22,13 +22,27 @@ use bindings::trainyard::adapter::types::{
 
 struct Noop;
 
+/// The kinds this build serves. The `noop-next` crate builds this source
+/// with the `next` feature: the same adapter at a newer version that added
+/// a kind, so routing tests can run hosts carrying different versions.
+const KINDS: &[&str] = if cfg!(feature = "next") {
+    &["noop", "next"]
+} else {
+    &["noop"]
+};
+const VERSION: &str = if cfg!(feature = "next") {
+    "0.2.0-next"
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 impl Guest for Noop {
     fn describe() -> AdapterInfo {
         AdapterInfo {
             name: "noop".to_owned(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
+            version: VERSION.to_owned(),
             description: "Does nothing (or runs `true`), for benchmarking the scheduler".to_owned(),
-            kinds: vec!["noop".to_owned()],
+            kinds: KINDS.iter().map(|k| (*k).to_owned()).collect(),
         }
     }
 

@@ -12,7 +12,6 @@ use super::bindings::TaskAdapter;
 use super::error::RuntimeError;
 use super::sandbox::AttemptState;
 use super::RuntimeConfig;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -41,7 +40,7 @@ pub struct Shared {
     /// Whether instances come from the pool (false after a fallback).
     pub pooling: bool,
     /// Instances alive now, held to `max_instances` whichever allocator is
-    /// in use, so a full host says so in its own words.
+    /// in use; a new one waits for a free slot.
     pub slots: Arc<InstanceSlots>,
     /// Components this runtime has compiled or loaded, by the SHA-256 of
     /// their bytes: hosts sharing a runtime (light hosts in one process)
@@ -162,43 +161,37 @@ fn linker(engine: &Engine) -> Result<Linker<AttemptState>, RuntimeError> {
     Ok(linker)
 }
 
-/// A counter of live instances with a fixed capacity.
+/// The instances that may be alive at once. An attempt that finds them all
+/// taken waits for one (they come back as attempts end) rather than fail.
 #[derive(Debug)]
 pub struct InstanceSlots {
     capacity: u32,
-    in_use: AtomicU32,
+    free: Arc<tokio::sync::Semaphore>,
 }
 
 /// One taken slot, given back when dropped.
 #[derive(Debug)]
-pub struct Slot(Arc<InstanceSlots>);
+pub struct Slot(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 impl InstanceSlots {
     pub fn new(capacity: u32) -> Self {
         Self {
             capacity,
-            in_use: AtomicU32::new(0),
+            free: Arc::new(tokio::sync::Semaphore::new(capacity as usize)),
         }
     }
 
-    /// A slot, or `None` when all `capacity` are taken.
-    pub fn take(self: &Arc<Self>) -> Option<Slot> {
-        self.in_use
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.capacity).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(self.clone()))
+    /// A slot, waiting up to `patience` for one; `None` if none came back.
+    pub async fn take(&self, patience: Duration) -> Option<Slot> {
+        let waiting = self.free.clone().acquire_owned();
+        match tokio::time::timeout(patience, waiting).await {
+            Ok(Ok(permit)) => Some(Slot(permit)),
+            _ => None,
+        }
     }
 
     pub fn capacity(&self) -> u32 {
         self.capacity
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.in_use.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -241,13 +234,18 @@ impl Drop for EpochTicker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn slots_run_out_at_capacity_and_come_back_when_dropped() {
+    #[tokio::test]
+    async fn slots_run_out_at_capacity_and_come_back_when_dropped() {
         let slots = Arc::new(InstanceSlots::new(2));
-        let first = slots.take().expect("first");
-        let _second = slots.take().expect("second");
-        assert!(slots.take().is_none());
+        let patience = Duration::from_millis(50);
+        let first = slots.take(patience).await.expect("first");
+        let _second = slots.take(patience).await.expect("second");
+        assert!(slots.take(patience).await.is_none());
+        let waiting = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.take(Duration::from_secs(60)).await.is_some() }
+        });
         drop(first);
-        assert!(slots.take().is_some());
+        assert!(waiting.await.unwrap(), "a waiter gets the slot given back");
     }
 }

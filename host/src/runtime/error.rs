@@ -69,6 +69,18 @@ pub enum AdapterFault {
     },
     #[error("adapter {adapter:?} could not be instantiated: {message}")]
     Instantiation { adapter: String, message: String },
+    /// Every instance the host allows stayed in use while this attempt
+    /// waited: the host is busy, the task is not at fault.
+    #[error(
+        "adapter {adapter:?} could not be instantiated: all {capacity} adapter instances this \
+         host allows (host.adapter_instances) stayed in use for {}; the task will be retried",
+        Millis(*waited)
+    )]
+    NoInstance {
+        adapter: String,
+        capacity: u32,
+        waited: Duration,
+    },
 }
 
 impl AdapterFault {
@@ -80,8 +92,16 @@ impl AdapterFault {
             | AdapterFault::Trap { call, .. }
             | AdapterFault::Oversized { call, .. }
             | AdapterFault::Invalid { call, .. } => *call,
-            AdapterFault::Instantiation { .. } => Call::Instantiate,
+            AdapterFault::Instantiation { .. } | AdapterFault::NoInstance { .. } => {
+                Call::Instantiate
+            }
         }
+    }
+
+    /// Whether another attempt may succeed: only when the host, not the
+    /// adapter, was short of something.
+    pub fn retryable(&self) -> bool {
+        matches!(self, AdapterFault::NoInstance { .. })
     }
 }
 

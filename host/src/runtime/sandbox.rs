@@ -99,12 +99,17 @@ impl Sandbox {
             adapter: scope.adapter.to_string(),
             message,
         };
-        let slot = shared.slots.take().ok_or_else(|| {
-            instantiation(format!(
-                "all {} adapter instances this host allows (max_instances) are in use",
-                shared.slots.capacity()
-            ))
-        })?;
+        // Waiting for an instance is not the adapter's time: it gets its
+        // full deadline once it has one.
+        let slot = shared
+            .slots
+            .take(config.call_timeout)
+            .await
+            .ok_or_else(|| AdapterFault::NoInstance {
+                adapter: scope.adapter.to_string(),
+                capacity: shared.slots.capacity(),
+                waited: config.call_timeout,
+            })?;
         let mut store =
             new_store(&shared.engine, config, tags, workspace).map_err(instantiation)?;
         arm(&mut store, &scope);

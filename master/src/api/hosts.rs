@@ -3,11 +3,12 @@
 
 use super::error::ApiError;
 use super::AppState;
-use crate::scheduler::{HostSnapshot, RunningSnapshot};
+use crate::scheduler::{FreeResources, HostSnapshot, RunningSnapshot};
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::resources::HostCapacity;
 
 #[derive(Debug, Serialize)]
 pub struct HostView {
@@ -16,6 +17,10 @@ pub struct HostView {
     pub addr: Option<String>,
     pub slots: u32,
     pub free_slots: u32,
+    /// CPUs, memory and GPUs it offers (as last declared).
+    pub capacity: Option<HostCapacity>,
+    /// What no attempt holds now (nothing while disconnected).
+    pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
     pub last_seen_ms: i64,
@@ -37,6 +42,8 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>
             addr: None,
             slots: record.slots,
             free_slots: 0,
+            capacity: record.capacity,
+            free: FreeResources::default(),
             adapters: record.adapters,
             agent: record.agent,
             last_seen_ms: record.last_seen_ms,
@@ -54,6 +61,8 @@ fn connected(h: HostSnapshot, now: i64) -> HostView {
         addr: Some(h.addr),
         slots: h.slots,
         free_slots: h.free_slots,
+        capacity: Some(h.capacity),
+        free: h.free,
         adapters: h.adapters,
         agent: h.agent,
         last_seen_ms: now - h.last_seen_ms_ago as i64,

@@ -7,7 +7,7 @@
 //! | POST | `/v1/tasks` | submit one task (token) |
 //! | POST | `/v1/tasks/batch` | submit up to 10,000 tasks (token) |
 //! | GET | `/v1/tasks?status=&adapter=&limit=&before=` | list, newest first |
-//! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result |
+//! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
 //! | GET | `/v1/hosts` | hosts and what they run |
 //! | GET | `/v1/events[?task=ID]` | server-sent events of task changes |
@@ -33,6 +33,9 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The hosts as the scheduler's latest turn left them, to explain why a
+    /// task waits.
+    pub placement: tokio::sync::watch::Receiver<Arc<crate::placement::Snapshot>>,
     pub scheduler: SchedulerHandle,
     pub events: Events,
     pub api_token: Arc<str>,

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use trainyard_proto::resources::{memory_amount, ResourceRequest};
 use trainyard_proto::TaskId;
 
 /// Largest params document accepted per task.
@@ -39,6 +40,36 @@ pub struct SubmitTask {
     pub timeout_secs: Option<u64>,
     #[serde(default)]
     pub name: Option<String>,
+    /// What the task needs on one host.
+    #[serde(default)]
+    pub resources: Option<SubmitResources>,
+}
+
+/// A resource request as submitted: `{"cpus": 2, "memory": "4GiB", "gpus": 1}`
+/// (memory in bytes, or text with a unit).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitResources {
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    #[serde(default, deserialize_with = "memory_amount::deserialize")]
+    pub memory: Option<u64>,
+    #[serde(default)]
+    pub gpus: Option<u32>,
+}
+
+impl SubmitResources {
+    fn request(self) -> Result<ResourceRequest, String> {
+        let request = ResourceRequest {
+            cpus: self.cpus,
+            memory_bytes: self.memory,
+            gpus: self.gpus.unwrap_or(0),
+        };
+        request
+            .validate()
+            .map_err(|e| format!("\"resources\": {e}"))?;
+        Ok(request)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +119,7 @@ impl SubmitTask {
         if kind.len() > 64 {
             return Err("\"kind\" must be at most 64 bytes".into());
         }
+        let resources = self.resources.unwrap_or_default().request()?;
         Ok(NewTask {
             name: self.name,
             adapter,
@@ -96,6 +128,7 @@ impl SubmitTask {
             priority: self.priority.unwrap_or(0),
             max_attempts,
             timeout_secs: self.timeout_secs,
+            resources,
         })
     }
 }
@@ -202,7 +235,12 @@ pub async fn show(
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskDetail>, ApiError> {
     match app.store.task(id).await? {
-        Some(task) => Ok(Json(task)),
+        Some(mut detail) => {
+            if detail.task.status == TaskStatus::Pending {
+                detail.waiting = Some(app.placement.borrow().why_waiting(&detail.task));
+            }
+            Ok(Json(detail))
+        }
         None => Err(ApiError::not_found(format!("no task {id}"))),
     }
 }
@@ -278,5 +316,33 @@ mod tests {
         assert!(task(json!({"adapter": ""}))
             .unwrap_err()
             .contains("adapter"));
+    }
+
+    #[test]
+    fn resources_are_read_with_memory_units_and_checked() {
+        let t =
+            task(json!({"adapter": "a", "resources": {"cpus": 2, "memory": "4GiB", "gpus": 1}}))
+                .unwrap();
+        assert_eq!(
+            t.resources,
+            ResourceRequest {
+                cpus: Some(2.0),
+                memory_bytes: Some(4 << 30),
+                gpus: 1
+            }
+        );
+        let t = task(json!({"adapter": "a", "resources": {"memory": 1048576}})).unwrap();
+        assert_eq!(t.resources.memory_bytes, Some(1 << 20));
+        assert!(task(json!({"adapter": "a", "resources": {"cpus": -1}}))
+            .unwrap_err()
+            .contains("\"cpus\""));
+        assert!(
+            task(json!({"adapter": "a", "resources": {"memory": "lots"}}))
+                .unwrap_err()
+                .contains("lots")
+        );
+        assert!(task(json!({"adapter": "a", "resources": {"gpu": 1}}))
+            .unwrap_err()
+            .contains("unknown field `gpu`"));
     }
 }

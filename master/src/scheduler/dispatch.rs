@@ -1,51 +1,39 @@
-//! Matching queued tasks to free slots. The first task in queue order
-//! (priority, then age) whose adapter some accepting host carries goes to the
-//! eligible host with the most free slots (ties: the one given fewest
-//! dispatches). The dispatch is written in this turn's transaction and sent
-//! only after it commits.
+//! Turning a turn's placement plan ([`super::plan`]) into dispatches: each
+//! placed task becomes DISPATCHED on its host in this turn's transaction,
+//! and its Dispatch message goes out only after that commits. After
+//! planning, the hosts as placement left them are published for the API
+//! (see [`crate::placement::Snapshot`]).
 
 use super::cycle::{Cycle, PlannedDispatch};
+use super::plan::plan;
 use super::state::Live;
 use super::Scheduler;
 use crate::model::TaskStatus;
+use crate::placement::{fit::may_take, Snapshot};
 use crate::store::Write;
+use std::sync::Arc;
 use std::time::Instant;
-use trainyard_proto::{now_ms, AttemptRef, HostId};
+use trainyard_proto::{now_ms, AttemptRef};
 
 impl Scheduler {
     pub(super) fn plan_dispatches(&mut self, cycle: &mut Cycle) {
+        if self.state.queue.is_empty() {
+            self.state.reservation = None;
+            return;
+        }
         let now = Instant::now();
         let deadline_ms = now_ms() + self.config.timers.dispatch_ack_timeout.as_millis() as i64;
-        // Hosts that can take work this turn, with their free slots.
-        let mut open: Vec<(HostId, u32)> = self
-            .state
-            .hosts
-            .iter()
-            .filter(|(_, h)| h.accepting(now))
-            .map(|(id, h)| (id.clone(), h.free_slots()))
-            .filter(|(_, free)| *free > 0)
-            .collect();
-        while !open.is_empty() && !self.state.queue.is_empty() {
-            let hosts = &self.state.hosts;
-            let carried = |adapter: &str| open.iter().any(|(id, _)| hosts[id].carries(adapter));
-            let Some(task) = self.state.queue.first_where(carried).cloned() else {
-                break;
-            };
-            let Some(pick) = open
-                .iter()
-                .enumerate()
-                .filter(|(_, (id, _))| hosts[id].carries(&task.adapter))
-                .max_by_key(|(_, (id, free))| (*free, std::cmp::Reverse(hosts[id].dispatched)))
-                .map(|(i, _)| i)
-            else {
-                break;
-            };
-            let host_id = open[pick].0.clone();
-            open[pick].1 -= 1;
-            if open[pick].1 == 0 {
-                open.swap_remove(pick);
-            }
-            self.state.queue.remove(task.id);
+        let mut hosts = self.state.host_views(now);
+        let placed = plan(
+            &mut self.state.queue,
+            &mut hosts,
+            &mut self.state.reservation,
+            now,
+            self.config.reserve_after,
+        );
+        for p in placed {
+            let host_id = hosts[p.host].id.clone();
+            let task = p.task;
             let attempt = AttemptRef::new(task.id, task.attempt + 1);
             let write = cycle.write(Write::Dispatch {
                 task: task.id,
@@ -58,13 +46,14 @@ impl Scheduler {
                 .state
                 .hosts
                 .get_mut(&host_id)
-                .expect("open hosts are connected");
+                .expect("placement only uses connected hosts");
             host.dispatched += 1;
             let session = host.session;
             self.state.assign(
                 task.id,
                 Live {
-                    adapter: task.adapter,
+                    route: task.route,
+                    need: task.need,
                     priority: task.priority,
                     status: TaskStatus::Dispatched,
                     attempt: attempt.attempt,
@@ -89,22 +78,38 @@ impl Scheduler {
                 attempt,
             });
         }
+        self.publish_placement(hosts);
     }
 
-    /// Whether some queued task could go to some free slot right now.
+    /// Publishes the hosts as this turn left them, if anything changed.
+    fn publish_placement(&mut self, hosts: Vec<crate::placement::HostView>) {
+        let snapshot = Snapshot {
+            hosts,
+            reservation: self.state.reservation.clone(),
+        };
+        self.placement.send_if_modified(|current| {
+            if **current == snapshot {
+                return false;
+            }
+            *current = Arc::new(snapshot);
+            true
+        });
+    }
+
+    /// Whether some queued task could go to some host right now.
     pub(super) fn dispatch_possible(&self) -> bool {
-        let now = Instant::now();
-        let open: Vec<_> = self
-            .state
-            .hosts
-            .values()
-            .filter(|h| h.accepting(now) && h.free_slots() > 0)
-            .collect();
-        !open.is_empty()
-            && self
-                .state
-                .queue
-                .first_where(|adapter| open.iter().any(|h| h.carries(adapter)))
-                .is_some()
+        if self.state.queue.is_empty() {
+            return false;
+        }
+        let hosts = self.state.host_views(Instant::now());
+        let held = self.state.reservation.as_ref();
+        self.state
+            .queue
+            .first_where(|class, head| {
+                hosts
+                    .iter()
+                    .any(|h| may_take(h, &class.route, &class.need, head, held))
+            })
+            .is_some()
     }
 }

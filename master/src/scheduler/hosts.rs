@@ -1,27 +1,128 @@
-//! Hosts as the scheduler sees them: connecting (with reconciliation of what
-//! they say they run), leaving, and every message they send after the
-//! handshake. A message is acted on only if it comes from the host's current
-//! connection and names an attempt the master gave that host; anything else
-//! changes no state (at most, the host is told to stop an attempt that is not
-//! its to run).
+//! Hosts as the scheduler sees them: admission, connecting (with
+//! reconciliation of what they say they run), leaving, and every message
+//! they send after the handshake. A message is acted on only if it comes
+//! from the host's current connection and names an attempt the master gave
+//! that host; anything else changes no state (at most, the host is told to
+//! stop an attempt that is not its to run).
+//!
+//! **One connection per host id.** A second connection claiming the id of
+//! a connected host is not allowed to replace it on its word: the holder is
+//! probed (told to send a heartbeat at once). If it answers within
+//! [`Timers::liveness_probe_timeout`], the newcomer is refused and both are
+//! logged — a misconfigured twin or a leaked secret cannot take over
+//! another host's attempts. If it does not answer (a host that restarted
+//! while the master still held its half-open connection), the old
+//! connection is closed and the newcomer admitted, within its own
+//! handshake.
+//!
+//! [`Timers::liveness_probe_timeout`]: trainyard_proto::Timers::liveness_probe_timeout
 
 use super::cycle::Cycle;
-use super::state::{Host, SessionId};
-use super::Scheduler;
+use super::state::{Host, KnownHost, SessionId};
+use super::{Admission, Scheduler};
 use crate::events::{EventKind, TaskEvent};
 use crate::model::{HostRecord, ProgressView, StoredCheckpoint, TaskStatus};
+use crate::placement::Need;
 use crate::store::Write;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{Hello, HostMessage, MasterMessage, RunningAttempt};
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, HostId};
 
 /// How long a host that refused a dispatch gets no new one.
 const REFUSAL_COOLDOWN: Duration = Duration::from_secs(1);
 
+/// The connection that holds a host id, as admission sees it.
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    session: SessionId,
+    /// Its session has ended: the connection is provably gone.
+    ended: bool,
+    last_seen: Instant,
+}
+
+/// What becomes of a connection claiming a host id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Nobody (live) holds the id.
+    Free,
+    /// A live connection holds it: ask it to answer first.
+    Probe,
+    /// The holder answered after the probe: it is alive; refuse the claim.
+    Refuse,
+    /// The holder stayed silent through the probe: it goes, the claim wins.
+    Replace,
+}
+
+/// Decides a claim on a host id. `contested` is when the holder was probed,
+/// on the claim's second asking.
+fn claim(holder: Option<Holder>, session: SessionId, contested: Option<Instant>) -> Claim {
+    match (holder, contested) {
+        (None, _) => Claim::Free,
+        (Some(h), _) if h.session == session || h.ended => Claim::Free,
+        (Some(_), None) => Claim::Probe,
+        (Some(h), Some(since)) if h.last_seen > since => Claim::Refuse,
+        (Some(_), Some(_)) => Claim::Replace,
+    }
+}
+
+/// What each attempt a host says it runs holds.
+fn held(running: &[RunningAttempt]) -> HashMap<AttemptRef, Need> {
+    running
+        .iter()
+        .map(|r| (r.attempt, Need::held(&r.assignment)))
+        .collect()
+}
+
 impl Scheduler {
+    /// Decides whether a host that proved it knows the secret may connect.
+    pub(super) fn admit(
+        &mut self,
+        hello: Hello,
+        session: SessionId,
+        addr: SocketAddr,
+        outbox: mpsc::Sender<MasterMessage>,
+        contested: Option<Instant>,
+        cycle: &mut Cycle,
+    ) -> Admission {
+        let id = hello.host_id.clone();
+        let holder = self.state.hosts.get(&id).map(|old| Holder {
+            session: old.session,
+            ended: old.outbox.is_closed(),
+            last_seen: old.last_seen,
+        });
+        let old_addr = self.state.hosts.get(&id).map(|h| h.addr);
+        match claim(holder, session, contested) {
+            Claim::Free => {}
+            Claim::Probe => {
+                let holder = holder.expect("a probe needs a holder");
+                tracing::warn!(host = %id, holder = ?old_addr, claimant = %addr, "a second connection claims the id of a connected host; probing the connection that holds it");
+                cycle.send(&id, holder.session, MasterMessage::Probe);
+                return Admission::Probing {
+                    since: Instant::now(),
+                };
+            }
+            Claim::Refuse => {
+                let from = old_addr.map(|a| a.to_string()).unwrap_or_default();
+                tracing::warn!(host = %id, holder = %from, claimant = %addr, "refused a second connection claiming the id of a live host");
+                return Admission::Refused(format!(
+                    "host id {id} is already connected from {from} and answered a liveness probe; \
+                     a second connection with the same id is refused (two hosts configured \
+                     with one id, or someone else using this host's id)"
+                ));
+            }
+            Claim::Replace => {
+                tracing::warn!(host = %id, old = ?old_addr, new = %addr, "the connection holding this host id did not answer the liveness probe; closing it and admitting the new one");
+            }
+        }
+        self.connected(hello, session, addr, outbox, cycle);
+        Admission::Welcome
+    }
+
     pub(super) fn connected(
         &mut self,
         hello: Hello,
@@ -33,19 +134,27 @@ impl Scheduler {
         let id = hello.host_id.clone();
         if let Some(old) = self.state.hosts.remove(&id) {
             // Dropping the old outbox ends the old connection.
-            tracing::warn!(host = %id, old = %old.addr, new = %addr, "host reconnected; replacing its previous connection");
+            tracing::info!(host = %id, old = %old.addr, new = %addr, "host reconnected; its previous connection is closed");
         }
-        self.state.learn_adapters(&hello.adapters);
+        self.state.saw(
+            &id,
+            KnownHost {
+                slots: hello.slots,
+                adapters: hello.adapters.clone(),
+                capacity: Some(hello.capacity.clone()),
+            },
+        );
         let now = Instant::now();
         let host = Host {
             session,
             addr,
             outbox,
             slots: hello.slots,
-            adapters: hello.adapters.clone(),
+            capacity: hello.capacity.clone(),
+            adapters: Arc::from(hello.adapters.clone()),
             agent: hello.agent.clone(),
             assigned: self.state.assigned_to(&id),
-            reported: hello.running.iter().map(|r| r.attempt).collect(),
+            reported: held(&hello.running),
             connected_at: now,
             last_seen: now,
             cooldown_until: None,
@@ -56,6 +165,9 @@ impl Scheduler {
             host = %id,
             %addr,
             slots = hello.slots,
+            cpus = hello.capacity.cpus,
+            memory_bytes = hello.capacity.memory_bytes,
+            gpus = ?hello.capacity.gpus,
             adapters = ?hello.adapters.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(),
             running = hello.running.len(),
             "host connected"
@@ -88,6 +200,7 @@ impl Scheduler {
         let record = HostRecord {
             id: id.to_string(),
             slots: hello.slots,
+            capacity: Some(hello.capacity),
             adapters: hello.adapters,
             agent: hello.agent,
             first_seen_ms: now,
@@ -133,17 +246,23 @@ impl Scheduler {
         match message {
             HostMessage::Heartbeat { running } => {
                 if let Some(h) = self.state.hosts.get_mut(host) {
-                    h.reported = running.iter().map(|r| r.attempt).collect();
+                    h.reported = held(&running);
                 }
                 self.reconcile_running(host, session, &running, cycle);
                 cycle.send(host, session, MasterMessage::HeartbeatAck);
             }
-            HostMessage::Accepted { attempt, slot } => {
+            HostMessage::Accepted {
+                attempt,
+                slot,
+                assignment,
+            } => {
                 if let Some(h) = self.state.hosts.get_mut(host) {
-                    h.reported.insert(attempt);
+                    h.reported.insert(attempt, Need::held(&assignment));
                 }
                 match self.state.current(attempt, host).map(|l| l.status) {
-                    Some(TaskStatus::Dispatched) => self.mark_running(attempt, slot, cycle),
+                    Some(TaskStatus::Dispatched) => {
+                        self.mark_running(attempt, slot, Some(assignment), cycle)
+                    }
                     Some(_) => {}
                     None => {
                         let reason = self.stop_reason(attempt);
@@ -196,7 +315,9 @@ impl Scheduler {
     ) {
         for r in running {
             match self.state.current(r.attempt, host).map(|l| l.status) {
-                Some(TaskStatus::Dispatched) => self.mark_running(r.attempt, r.slot, cycle),
+                Some(TaskStatus::Dispatched) => {
+                    self.mark_running(r.attempt, r.slot, Some(r.assignment.clone()), cycle)
+                }
                 Some(_) => {}
                 None => {
                     let reason = self.stop_reason(r.attempt);
@@ -214,8 +335,15 @@ impl Scheduler {
         }
     }
 
-    /// DISPATCHED -> RUNNING: the host holds the lease and runs the attempt.
-    pub(super) fn mark_running(&mut self, attempt: AttemptRef, slot: u32, cycle: &mut Cycle) {
+    /// DISPATCHED -> RUNNING: the host holds the lease and runs the attempt
+    /// with `assignment` (unknown when only its lease was seen).
+    pub(super) fn mark_running(
+        &mut self,
+        attempt: AttemptRef,
+        slot: u32,
+        assignment: Option<Assignment>,
+        cycle: &mut Cycle,
+    ) {
         let Some(live) = self.state.live.get_mut(&attempt.task) else {
             return;
         };
@@ -227,7 +355,11 @@ impl Scheduler {
         live.runs += 1;
         live.dispatch_deadline_ms = None;
         let host = live.host.clone();
-        cycle.write(Write::Start { attempt, slot });
+        cycle.write(Write::Start {
+            attempt,
+            slot,
+            assignment,
+        });
         cycle.events.push(self.event(
             attempt.task,
             TaskStatus::Running,
@@ -278,5 +410,42 @@ impl Scheduler {
                     .into()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(last_seen: Instant) -> Option<Holder> {
+        Some(Holder {
+            session: 1,
+            ended: false,
+            last_seen,
+        })
+    }
+
+    #[test]
+    fn a_claim_on_a_live_hosts_id_is_probed_then_refused_if_the_holder_answers() {
+        let t0 = Instant::now();
+        let probed = t0 + Duration::from_millis(10);
+        assert_eq!(claim(None, 2, None), Claim::Free);
+        assert_eq!(claim(holder(t0), 2, None), Claim::Probe);
+        // It answered after the probe: alive, the claimant is refused.
+        let answered = probed + Duration::from_millis(5);
+        assert_eq!(claim(holder(answered), 2, Some(probed)), Claim::Refuse);
+        // Silent since before the probe: its place goes to the claimant.
+        assert_eq!(claim(holder(t0), 2, Some(probed)), Claim::Replace);
+    }
+
+    #[test]
+    fn a_holder_whose_session_ended_is_no_obstacle() {
+        let gone = Some(Holder {
+            session: 1,
+            ended: true,
+            last_seen: Instant::now(),
+        });
+        assert_eq!(claim(gone, 2, None), Claim::Free);
+        assert_eq!(claim(holder(Instant::now()), 1, None), Claim::Free);
     }
 }

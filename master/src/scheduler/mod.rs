@@ -10,13 +10,15 @@
 //! transactions instead of many small ones.
 //!
 //! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
-//! [`cycle`] (one turn's effects), `hosts` (sessions and their messages),
-//! `reports` (recording an attempt's end), `dispatch` (matching tasks to
-//! slots), `recover` (the sweep and start-up reconciliation).
+//! [`cycle`] (one turn's effects), `hosts` (admission, sessions and their
+//! messages), `reports` (recording an attempt's end), [`plan`] (which task
+//! goes where, pure), `dispatch` (turning the plan into writes),
+//! `recover` (the sweep and start-up reconciliation).
 
 pub mod cycle;
 mod dispatch;
 mod hosts;
+pub mod plan;
 pub mod queue;
 mod recover;
 mod reports;
@@ -26,6 +28,7 @@ pub use recover::{ReconcileStats, SweepStats};
 
 use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
+use crate::placement::{self, RouteError};
 use crate::store::{Batch, Store, Write};
 use cycle::{Cycle, WriteKind};
 use serde::Serialize;
@@ -33,10 +36,11 @@ use state::{SessionId, State};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use trainyard_proto::keys::Keys;
 use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
 use trainyard_proto::redis_link::RedisLink;
+use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{now_ms, HostId, TaskId, Timers};
 
 /// A request to the scheduler.
@@ -49,12 +53,16 @@ pub enum Command {
         task: TaskId,
         reply: oneshot::Sender<CancelOutcome>,
     },
-    /// A host completed its handshake.
-    Connected {
+    /// A host proved it knows the secret and asks to be connected.
+    /// `contested` is when the scheduler probed another connection holding
+    /// the same id, on the second asking.
+    Admit {
         hello: Box<Hello>,
         session: SessionId,
         addr: SocketAddr,
         outbox: mpsc::Sender<MasterMessage>,
+        contested: Option<Instant>,
+        reply: oneshot::Sender<Admission>,
     },
     Disconnected {
         host: HostId,
@@ -74,17 +82,26 @@ pub enum Command {
     },
 }
 
+/// The scheduler's answer to [`Command::Admit`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    /// Connected: send the welcome.
+    Welcome,
+    /// Another connection holds the id and was just probed; ask again with
+    /// `contested: Some(since)` after the probe timeout.
+    Probing { since: Instant },
+    /// Another connection holds the id and answered: refused, with why.
+    Refused(String),
+}
+
 /// Why a submission was refused; nothing of it was stored.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum SubmitError {
-    #[error("unknown adapter {adapter:?}; known adapters: {}", known.join(", "))]
-    UnknownAdapter { adapter: String, known: Vec<String> },
-    #[error("adapter {adapter:?} serves no kind {kind:?}; its kinds: {}", kinds.join(", "))]
-    UnknownKind {
-        adapter: String,
-        kind: String,
-        kinds: Vec<String>,
-    },
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// A request no host carrying the route has ever had room for.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("the task store is unavailable: {0}")]
     Unavailable(String),
 }
@@ -111,11 +128,22 @@ pub struct HostSnapshot {
     pub addr: String,
     pub slots: u32,
     pub free_slots: u32,
+    pub capacity: HostCapacity,
+    /// What no live attempt holds: CPUs, memory, GPUs.
+    pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
     pub connected_for_ms: u64,
     pub last_seen_ms_ago: u64,
     pub running: Vec<RunningSnapshot>,
+}
+
+/// A host's free share, as the API shows it.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct FreeResources {
+    pub cpus: f64,
+    pub memory_bytes: u64,
+    pub gpus: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -155,6 +183,7 @@ pub struct SchedulerGone;
 #[derive(Clone)]
 pub struct SchedulerHandle {
     tx: mpsc::Sender<Command>,
+    placement: watch::Receiver<Arc<placement::Snapshot>>,
 }
 
 impl SchedulerHandle {
@@ -183,6 +212,11 @@ impl SchedulerHandle {
         rx.await.map_err(|_| SchedulerGone)
     }
 
+    /// What the API reads to explain why a task waits.
+    pub fn placement(&self) -> watch::Receiver<Arc<placement::Snapshot>> {
+        self.placement.clone()
+    }
+
     pub async fn overview(&self) -> Result<Overview, SchedulerGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Overview { reply }).await?;
@@ -196,6 +230,9 @@ pub struct SchedulerConfig {
     pub timers: Timers,
     pub max_batch: usize,
     pub known_adapters: Vec<String>,
+    /// How long the first task in queue order may wait without fitting
+    /// before it reserves a host (see [`crate::placement::fit`]).
+    pub reserve_after: Duration,
 }
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost
@@ -228,6 +265,9 @@ pub struct Scheduler {
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
+    /// The connected hosts after the latest turn, for the API to explain
+    /// why a task waits without asking the scheduler.
+    placement: watch::Sender<Arc<placement::Snapshot>>,
 }
 
 impl Scheduler {
@@ -244,10 +284,20 @@ impl Scheduler {
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
         for host in store.hosts().await? {
-            state.learn_adapters(&host.adapters);
+            let Ok(id) = HostId::new(host.id.clone()) else {
+                continue;
+            };
+            state.saw(
+                &id,
+                state::KnownHost {
+                    slots: host.slots,
+                    adapters: host.adapters,
+                    capacity: host.capacity,
+                },
+            );
         }
         for name in &config.known_adapters {
-            state.known_adapters.entry(name.clone()).or_default();
+            state.catalog.declare(name);
         }
         let mut scheduler = Scheduler {
             state,
@@ -266,6 +316,7 @@ impl Scheduler {
             costs: recover::RecoveryCosts::default(),
             turns: 0,
             resync: false,
+            placement: watch::Sender::new(Arc::default()),
         };
         tracing::info!(
             queued = scheduler.state.queue.len(),
@@ -273,7 +324,8 @@ impl Scheduler {
             "task state loaded"
         );
         scheduler.reconcile().await;
-        Ok((scheduler, SchedulerHandle { tx }))
+        let placement = scheduler.placement.subscribe();
+        Ok((scheduler, SchedulerHandle { tx, placement }))
     }
 
     /// Runs turns until `shutdown` resolves or every handle is gone.
@@ -323,12 +375,17 @@ impl Scheduler {
         match command {
             Command::Submit { tasks, reply } => self.submit(tasks, reply, cycle),
             Command::Cancel { task, reply } => self.cancel(task, reply, cycle),
-            Command::Connected {
+            Command::Admit {
                 hello,
                 session,
                 addr,
                 outbox,
-            } => self.connected(*hello, session, addr, outbox, cycle),
+                contested,
+                reply,
+            } => {
+                let admission = self.admit(*hello, session, addr, outbox, contested, cycle);
+                let _ = reply.send(admission);
+            }
             Command::Disconnected { host, session } => self.disconnected(&host, session),
             Command::Message {
                 host,
@@ -363,24 +420,12 @@ impl Scheduler {
         cycle: &mut Cycle,
     ) {
         for task in &mut tasks {
-            let Some(kinds) = self.state.known_adapters.get(&task.adapter) else {
-                let mut known: Vec<String> = self.state.known_adapters.keys().cloned().collect();
-                known.sort();
-                let _ = reply.send(Err(SubmitError::UnknownAdapter {
-                    adapter: task.adapter.clone(),
-                    known,
-                }));
-                return;
-            };
-            if task.kind.is_empty() {
-                task.kind = kinds.first().cloned().unwrap_or_default();
-            } else if !kinds.is_empty() && !kinds.contains(&task.kind) {
-                let _ = reply.send(Err(SubmitError::UnknownKind {
-                    adapter: task.adapter.clone(),
-                    kind: task.kind.clone(),
-                    kinds: kinds.clone(),
-                }));
-                return;
+            match self.admissible(task) {
+                Ok(kind) => task.kind = kind,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
             }
         }
         cycle.submits.push(cycle::PendingSubmit {
@@ -388,6 +433,24 @@ impl Scheduler {
             reply,
         });
         cycle.inserts.extend(tasks);
+    }
+
+    /// Checks a submission against the adapters and hosts seen; returns its
+    /// kind (the adapter's first when it named none).
+    fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
+        let route = self.state.catalog.resolve(&task.adapter, &task.kind)?;
+        let seen = self
+            .state
+            .known_hosts
+            .iter()
+            .map(|(id, h)| placement::SeenHost {
+                id: id.as_str(),
+                slots: h.slots,
+                adapters: &h.adapters,
+                capacity: h.capacity.as_ref(),
+            });
+        placement::check_request(&route, &task.resources, seen).map_err(SubmitError::TooLarge)?;
+        Ok(route.kind)
     }
 
     fn cancel(&mut self, task: TaskId, reply: oneshot::Sender<CancelOutcome>, cycle: &mut Cycle) {
@@ -525,11 +588,13 @@ impl Scheduler {
                 if let Some(task) = inserted.next() {
                     self.state.queue.push(queue::Queued {
                         id: *id,
-                        adapter: task.adapter.clone(),
+                        route: placement::Route::new(task.adapter.clone(), task.kind.clone()),
+                        need: placement::Need::of(&task.resources),
                         priority: task.priority,
                         attempt: 0,
                         runs: 0,
                         max_attempts: task.max_attempts,
+                        since: Instant::now(),
                     });
                     cycle
                         .events
@@ -570,6 +635,7 @@ impl Scheduler {
                 params: payload.params,
                 checkpoint,
                 timeout_secs: payload.timeout_secs,
+                resources: payload.resources,
             });
             self.deliver(&d.host, d.session, message);
         }
@@ -667,12 +733,19 @@ impl Scheduler {
                     })
                     .collect();
                 running.sort_by_key(|r| r.task);
+                let free = h.free();
                 HostSnapshot {
                     id: id.to_string(),
                     addr: h.addr.to_string(),
                     slots: h.slots,
-                    free_slots: h.free_slots(),
-                    adapters: h.adapters.clone(),
+                    free_slots: free.slots,
+                    capacity: h.capacity.clone(),
+                    free: FreeResources {
+                        cpus: free.millicpus as f64 / 1000.0,
+                        memory_bytes: free.memory_bytes,
+                        gpus: free.gpus,
+                    },
+                    adapters: h.adapters.to_vec(),
                     agent: h.agent.clone(),
                     connected_for_ms: h.connected_at.elapsed().as_millis() as u64,
                     last_seen_ms_ago: h.last_seen.elapsed().as_millis() as u64,

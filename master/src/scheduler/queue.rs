@@ -1,22 +1,35 @@
 //! The queue of PENDING tasks: FIFO within priority, one ordered set per
-//! adapter so that a task no connected host can run never blocks the tasks
-//! behind it.
+//! class of tasks with the same requirements (route and resource need), so
+//! that a task no connected host can run — a missing adapter or kind, a
+//! request no host has room for — never blocks the tasks behind it.
 
+use crate::placement::{Need, Route};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 use trainyard_proto::TaskId;
 
 /// A queued task, as much as dispatching needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Queued {
     pub id: TaskId,
-    pub adapter: String,
+    pub route: Route,
+    pub need: Need,
     pub priority: i32,
     /// The task's current attempt; the dispatch will use `attempt + 1`.
     pub attempt: u32,
     /// Attempts already started by a host.
     pub runs: u32,
     pub max_attempts: u32,
+    /// When it entered the queue (this time), for the fairness rule.
+    pub since: Instant,
+}
+
+/// Tasks that any host able to run one can run all.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Class {
+    pub route: Route,
+    pub need: Need,
 }
 
 /// Dispatch order: higher priority first, then lower id (older) first.
@@ -24,15 +37,15 @@ type Order = (Reverse<i32>, TaskId);
 
 #[derive(Default)]
 pub struct Queue {
-    by_adapter: HashMap<String, BTreeSet<Order>>,
+    by_class: HashMap<Class, BTreeSet<Order>>,
     tasks: HashMap<TaskId, Queued>,
 }
 
 impl Queue {
     pub fn push(&mut self, task: Queued) {
         self.remove(task.id);
-        self.by_adapter
-            .entry(task.adapter.clone())
+        self.by_class
+            .entry(class_of(&task))
             .or_default()
             .insert((Reverse(task.priority), task.id));
         self.tasks.insert(task.id, task);
@@ -40,10 +53,11 @@ impl Queue {
 
     pub fn remove(&mut self, id: TaskId) -> Option<Queued> {
         let task = self.tasks.remove(&id)?;
-        if let Some(set) = self.by_adapter.get_mut(&task.adapter) {
+        let class = class_of(&task);
+        if let Some(set) = self.by_class.get_mut(&class) {
             set.remove(&(Reverse(task.priority), id));
             if set.is_empty() {
-                self.by_adapter.remove(&task.adapter);
+                self.by_class.remove(&class);
             }
         }
         Some(task)
@@ -51,6 +65,10 @@ impl Queue {
 
     pub fn contains(&self, id: TaskId) -> bool {
         self.tasks.contains_key(&id)
+    }
+
+    pub fn get(&self, id: TaskId) -> Option<&Queued> {
+        self.tasks.get(&id)
     }
 
     pub fn len(&self) -> usize {
@@ -61,19 +79,27 @@ impl Queue {
         self.tasks.is_empty()
     }
 
-    /// The first task in dispatch order among the adapters `eligible` accepts.
-    pub fn first_where(&self, mut eligible: impl FnMut(&str) -> bool) -> Option<&Queued> {
-        self.by_adapter
+    /// The first task in dispatch order whose class `eligible` accepts,
+    /// given the class and the id of the task at its head. Classes are
+    /// tried in the order of their heads, and the first accepted wins.
+    pub fn first_where(&self, mut eligible: impl FnMut(&Class, TaskId) -> bool) -> Option<&Queued> {
+        let mut heads: Vec<(&Order, &Class)> = self
+            .by_class
             .iter()
-            .filter(|(adapter, _)| eligible(adapter))
-            .filter_map(|(_, set)| set.first())
-            .min()
-            .and_then(|(_, id)| self.tasks.get(id))
+            .filter_map(|(class, set)| set.first().map(|order| (order, class)))
+            .collect();
+        heads.sort_unstable_by_key(|(order, _)| **order);
+        heads
+            .into_iter()
+            .find(|(order, class)| eligible(class, order.1))
+            .and_then(|(order, _)| self.tasks.get(&order.1))
     }
+}
 
-    /// Adapters with queued tasks, with how many each has.
-    pub fn depth_by_adapter(&self) -> impl Iterator<Item = (&str, usize)> {
-        self.by_adapter.iter().map(|(a, s)| (a.as_str(), s.len()))
+fn class_of(task: &Queued) -> Class {
+    Class {
+        route: task.route.clone(),
+        need: task.need,
     }
 }
 
@@ -84,17 +110,22 @@ mod tests {
     fn q(id: TaskId, adapter: &str, priority: i32) -> Queued {
         Queued {
             id,
-            adapter: adapter.into(),
+            route: Route::new(adapter, "k"),
+            need: Need::default(),
             priority,
             attempt: 0,
             runs: 0,
             max_attempts: 3,
+            since: Instant::now(),
         }
     }
 
     fn drain(queue: &mut Queue, eligible: &[&str]) -> Vec<TaskId> {
         let mut out = vec![];
-        while let Some(t) = queue.first_where(|a| eligible.contains(&a)).cloned() {
+        while let Some(t) = queue
+            .first_where(|c, _| eligible.contains(&c.route.adapter.as_str()))
+            .cloned()
+        {
             queue.remove(t.id);
             out.push(t.id);
         }
@@ -128,11 +159,26 @@ mod tests {
     }
 
     #[test]
+    fn tasks_of_one_adapter_with_different_needs_queue_apart() {
+        let mut queue = Queue::default();
+        let mut big = q(1, "a", 0);
+        big.need.gpus = 4;
+        queue.push(big);
+        queue.push(q(2, "a", 0));
+        let first = queue.first_where(|c, _| c.need.gpus == 0).map(|t| t.id);
+        assert_eq!(
+            first,
+            Some(2),
+            "the small task is not stuck behind the big one"
+        );
+    }
+
+    #[test]
     fn pushing_again_replaces_the_entry() {
         let mut queue = Queue::default();
         queue.push(q(1, "a", 0));
         queue.push(q(1, "a", 3));
         assert_eq!(queue.len(), 1);
-        assert_eq!(queue.first_where(|_| true).map(|t| t.priority), Some(3));
+        assert_eq!(queue.first_where(|_, _| true).map(|t| t.priority), Some(3));
     }
 }

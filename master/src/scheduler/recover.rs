@@ -189,7 +189,7 @@ impl Scheduler {
                 SweepDecision::Keep => {}
                 SweepDecision::MarkRunning { slot } => {
                     let attempt = live.attempt_ref(*task);
-                    self.mark_running(attempt, slot, cycle);
+                    self.mark_running(attempt, slot, None, cycle);
                 }
                 SweepDecision::GiveUp {
                     outcome,
@@ -326,7 +326,7 @@ impl Scheduler {
             let status = self.state.current(*attempt, &worker.host).map(|l| l.status);
             match status {
                 Some(crate::model::TaskStatus::Dispatched) => {
-                    self.mark_running(*attempt, worker.slot, &mut cycle);
+                    self.mark_running(*attempt, worker.slot, None, &mut cycle);
                     confirmed += 1;
                 }
                 Some(_) => confirmed += 1,

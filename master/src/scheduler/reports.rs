@@ -24,14 +24,14 @@ impl Scheduler {
         cycle: &mut Cycle,
     ) {
         let attempt = report.attempt;
-        // A reported attempt is over on its host: its slot is free.
+        // A reported attempt is over on its host: its share is free.
         if let Some(h) = self.state.hosts.get_mut(&report.host) {
             h.reported.remove(&attempt);
         }
         if let Some(live) = self.state.current(attempt, &report.host).cloned() {
             if live.status == TaskStatus::Dispatched {
                 // It ran to the end before its acceptance was recorded.
-                self.mark_running(attempt, report.slot, cycle);
+                self.mark_running(attempt, report.slot, Some(report.assignment.clone()), cycle);
             }
             let live = self.state.live.get(&attempt.task).cloned().unwrap_or(live);
             let decision = recovery::report(&live.view(), &report);
@@ -108,11 +108,13 @@ impl Scheduler {
         if status == TaskStatus::Pending {
             self.state.queue.push(Queued {
                 id: attempt.task,
-                adapter: live.adapter,
+                route: live.route,
+                need: live.need,
                 priority: live.priority,
                 attempt: live.attempt,
                 runs: live.runs,
                 max_attempts: live.max_attempts,
+                since: std::time::Instant::now(),
             });
         }
     }

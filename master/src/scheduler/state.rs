@@ -1,17 +1,25 @@
 //! The scheduler's in-memory picture: the queue, the live tasks, and the
-//! connected hosts with their free slots. It mirrors the database, which stays
-//! the truth: after any doubt (a failed commit, a write that did not apply)
-//! the scheduler rebuilds it from there.
+//! connected hosts with what they have free. It mirrors the database, which
+//! stays the truth: after any doubt (a failed commit, a write that did not
+//! apply) the scheduler rebuilds it from there.
+//!
+//! A host's free room is its capacity less what the master gave it (each
+//! live attempt's request) and less what it still runs that the master no
+//! longer counts as its (an attempt given away but not yet stopped, by what
+//! the host says that attempt holds).
 
 use super::queue::{Queue, Queued};
 use crate::model::TaskStatus;
+use crate::placement::{Catalog, HostView, Need, Reservation, Room, Route};
 use crate::recovery::LiveTask;
 use crate::store::{LiveTask as StoredLive, QueuedTask};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{AdapterInfo, MasterMessage};
+use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{AttemptRef, HostId, TaskId};
 
 /// Identifies one connection of a host; a host that reconnects gets a new one,
@@ -21,7 +29,9 @@ pub type SessionId = u64;
 /// A task with an attempt out on a host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
-    pub adapter: String,
+    pub route: Route,
+    /// What the task asked for, counted against its host while live.
+    pub need: Need,
     pub priority: i32,
     pub status: TaskStatus,
     pub attempt: u32,
@@ -58,13 +68,16 @@ pub struct Host {
     pub addr: SocketAddr,
     pub outbox: mpsc::Sender<MasterMessage>,
     pub slots: u32,
-    pub adapters: Vec<AdapterInfo>,
+    pub capacity: HostCapacity,
+    pub adapters: Arc<[AdapterInfo]>,
     pub agent: String,
-    /// Attempts the master has given this host and not yet seen end.
-    pub assigned: HashSet<AttemptRef>,
+    /// Attempts the master has given this host and not yet seen end, with
+    /// what each asked for.
+    pub assigned: HashMap<AttemptRef, Need>,
     /// Attempts the host itself last said it runs (hello or heartbeat),
-    /// which may include ones it has been told to stop.
-    pub reported: HashSet<AttemptRef>,
+    /// which may include ones it has been told to stop, with what each
+    /// holds by the host's account.
+    pub reported: HashMap<AttemptRef, Need>,
     pub connected_at: Instant,
     pub last_seen: Instant,
     /// No dispatches before this, after the host refused one.
@@ -74,19 +87,54 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn carries(&self, adapter: &str) -> bool {
-        self.adapters.iter().any(|a| a.name == adapter)
+    /// Its whole capacity, slots included.
+    pub fn total(&self) -> Room {
+        Room::total(self.slots, &self.capacity)
     }
 
-    /// Slots neither assigned by the master nor still busy on the host.
+    /// What neither the master's live attempts nor attempts still running
+    /// on the host hold.
+    pub fn free(&self) -> Room {
+        let mut free = self.total();
+        for need in self.assigned.values() {
+            free.take(need);
+        }
+        for (attempt, need) in &self.reported {
+            if !self.assigned.contains_key(attempt) {
+                free.take(need);
+            }
+        }
+        free
+    }
+
     pub fn free_slots(&self) -> u32 {
-        let busy = self.assigned.len() + self.reported.difference(&self.assigned).count();
-        self.slots.saturating_sub(busy as u32)
+        self.free().slots
     }
 
     pub fn accepting(&self, now: Instant) -> bool {
         self.cooldown_until.is_none_or(|until| now >= until)
     }
+
+    pub fn view(&self, id: &HostId, now: Instant) -> HostView {
+        HostView {
+            id: id.clone(),
+            adapters: self.adapters.clone(),
+            total: self.total(),
+            free: self.free(),
+            accepting: self.accepting(now),
+            dispatched: self.dispatched,
+        }
+    }
+}
+
+/// A host the master has seen, connected now or not: what submissions are
+/// checked against.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KnownHost {
+    pub slots: u32,
+    pub adapters: Vec<AdapterInfo>,
+    /// `None` for a host recorded before hosts declared capacity.
+    pub capacity: Option<HostCapacity>,
 }
 
 #[derive(Default)]
@@ -94,9 +142,14 @@ pub struct State {
     pub queue: Queue,
     pub live: HashMap<TaskId, Live>,
     pub hosts: HashMap<HostId, Host>,
-    /// Adapters some host has ever carried (or the operator declared), by
-    /// name, with their kinds; what submissions are checked against.
-    pub known_adapters: HashMap<String, Vec<String>>,
+    /// Adapters some host has ever carried (or the operator declared), with
+    /// the union of their kinds; what submissions are checked against.
+    pub catalog: Catalog,
+    /// Every host ever seen, by its latest hello.
+    pub known_hosts: HashMap<HostId, KnownHost>,
+    /// The host held for a task that waited too long (see
+    /// [`crate::placement::fit`]).
+    pub reservation: Option<Reservation>,
     /// Stale attempts found in Redis at start-up, by host: each is told to
     /// stop when its host connects.
     pub stale_on_connect: HashMap<HostId, BTreeSet<AttemptRef>>,
@@ -106,14 +159,17 @@ impl State {
     /// Replaces the queue and the live tasks with what the database holds.
     pub fn load(&mut self, pending: Vec<QueuedTask>, live: Vec<StoredLive>) {
         self.queue = Queue::default();
+        let now = Instant::now();
         for t in pending {
             self.queue.push(Queued {
                 id: t.id,
-                adapter: t.adapter,
+                route: Route::new(t.adapter, t.kind),
+                need: Need::of(&t.resources),
                 priority: t.priority,
                 attempt: t.attempt,
                 runs: t.runs,
                 max_attempts: t.max_attempts,
+                since: now,
             });
         }
         for host in self.hosts.values_mut() {
@@ -126,7 +182,8 @@ impl State {
                 continue;
             };
             let live = Live {
-                adapter: t.adapter,
+                route: Route::new(t.adapter, t.kind),
+                need: Need::of(&t.resources),
                 priority: t.priority,
                 status: t.status,
                 attempt: t.attempt,
@@ -141,10 +198,10 @@ impl State {
         }
     }
 
-    /// Records a live attempt and counts it against its host's slots.
+    /// Records a live attempt and counts it against its host.
     pub fn assign(&mut self, task: TaskId, live: Live) {
         if let Some(host) = self.hosts.get_mut(&live.host) {
-            host.assigned.insert(live.attempt_ref(task));
+            host.assigned.insert(live.attempt_ref(task), live.need);
         }
         if let Some(old) = self.live.insert(task, live) {
             if let Some(host) = self.hosts.get_mut(&old.host) {
@@ -157,7 +214,7 @@ impl State {
     pub fn release(&mut self, task: TaskId) -> Option<Live> {
         let live = self.live.remove(&task)?;
         if let Some(host) = self.hosts.get_mut(&live.host) {
-            // Its slot stays busy while the host still says it runs it
+            // Its share stays taken while the host still says it runs it
             // (`reported`): an attempt given away may not have stopped yet.
             host.assigned.remove(&live.attempt_ref(task));
         }
@@ -171,19 +228,26 @@ impl State {
             .filter(|l| l.attempt == attempt.attempt && &l.host == host)
     }
 
-    /// Attempts of live tasks the master gave to `host`.
-    pub fn assigned_to(&self, host: &HostId) -> HashSet<AttemptRef> {
+    /// Attempts of live tasks the master gave to `host`, with their needs.
+    pub fn assigned_to(&self, host: &HostId) -> HashMap<AttemptRef, Need> {
         self.live
             .iter()
             .filter(|(_, l)| &l.host == host)
-            .map(|(id, l)| l.attempt_ref(*id))
+            .map(|(id, l)| (l.attempt_ref(*id), l.need))
             .collect()
     }
 
-    pub fn learn_adapters(&mut self, adapters: &[AdapterInfo]) {
-        for a in adapters {
-            self.known_adapters.insert(a.name.clone(), a.kinds.clone());
-        }
+    /// Remembers what a host carries and offers.
+    pub fn saw(&mut self, id: &HostId, host: KnownHost) {
+        self.catalog.learn(&host.adapters);
+        self.known_hosts.insert(id.clone(), host);
+    }
+
+    /// The connected hosts as placement sees them, by id.
+    pub fn host_views(&self, now: Instant) -> Vec<HostView> {
+        let mut views: Vec<HostView> = self.hosts.iter().map(|(id, h)| h.view(id, now)).collect();
+        views.sort_by(|a, b| a.id.cmp(&b.id));
+        views
     }
 }
 
@@ -191,17 +255,22 @@ impl State {
 mod tests {
     use super::*;
 
-    fn host(slots: u32) -> Host {
+    fn host(slots: u32, gpus: u32) -> Host {
         let (outbox, _rx) = mpsc::channel(1);
         Host {
             session: 1,
             addr: "127.0.0.1:1".parse().unwrap(),
             outbox,
             slots,
-            adapters: vec![],
+            capacity: HostCapacity {
+                cpus: 4.0,
+                memory_bytes: 8 << 30,
+                gpus: (0..gpus).map(|g| g.to_string()).collect(),
+            },
+            adapters: Arc::from(Vec::new()),
             agent: String::new(),
-            assigned: HashSet::new(),
-            reported: HashSet::new(),
+            assigned: HashMap::new(),
+            reported: HashMap::new(),
             connected_at: Instant::now(),
             last_seen: Instant::now(),
             cooldown_until: None,
@@ -209,23 +278,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_slot_stays_busy_while_the_host_still_runs_an_attempt_it_was_told_to_stop() {
-        let mut h = host(2);
-        h.assigned.insert(AttemptRef::new(1, 1));
-        h.reported.insert(AttemptRef::new(1, 1));
-        assert_eq!(h.free_slots(), 1);
-        h.reported.insert(AttemptRef::new(9, 1)); // a zombie attempt
-        assert_eq!(h.free_slots(), 0);
+    fn gpus(n: u32) -> Need {
+        Need {
+            gpus: n,
+            ..Need::default()
+        }
     }
 
     #[test]
-    fn releasing_a_task_frees_its_hosts_slot() {
+    fn a_slot_and_its_devices_stay_busy_while_the_host_still_runs_an_attempt_it_was_told_to_stop() {
+        let mut h = host(2, 2);
+        h.assigned.insert(AttemptRef::new(1, 1), gpus(1));
+        h.reported.insert(AttemptRef::new(1, 1), gpus(1));
+        assert_eq!((h.free().slots, h.free().gpus), (1, 1));
+        h.reported.insert(AttemptRef::new(9, 1), gpus(1)); // a zombie attempt
+        assert_eq!((h.free().slots, h.free().gpus), (0, 0));
+    }
+
+    #[test]
+    fn releasing_a_task_frees_its_hosts_share() {
         let mut state = State::default();
         let id = HostId::new("h").unwrap();
-        state.hosts.insert(id.clone(), host(1));
+        state.hosts.insert(id.clone(), host(1, 2));
         let live = Live {
-            adapter: "a".into(),
+            route: Route::new("a", "k"),
+            need: gpus(2),
             priority: 0,
             status: TaskStatus::Running,
             attempt: 1,
@@ -237,10 +314,21 @@ mod tests {
             max_attempts: 3,
         };
         state.assign(7, live);
-        assert_eq!(state.hosts[&id].free_slots(), 0);
+        assert_eq!(
+            state.hosts[&id].free(),
+            Room {
+                slots: 0,
+                millicpus: 4000,
+                memory_bytes: 8 << 30,
+                gpus: 0
+            }
+        );
         assert!(state.current(AttemptRef::new(7, 1), &id).is_some());
         assert!(state.current(AttemptRef::new(7, 2), &id).is_none());
         state.release(7);
-        assert_eq!(state.hosts[&id].free_slots(), 1);
+        assert_eq!(
+            (state.hosts[&id].free_slots(), state.hosts[&id].free().gpus),
+            (1, 2)
+        );
     }
 }

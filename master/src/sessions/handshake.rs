@@ -22,6 +22,9 @@ pub enum HandshakeRefusal {
     BadProof,
     #[error("invalid hello: {0}")]
     Invalid(String),
+    /// Another live connection holds the host's id.
+    #[error("{0}")]
+    Duplicate(String),
 }
 
 /// Checks a host's hello against the challenge this connection sent.
@@ -59,6 +62,9 @@ pub fn check_hello(
             "at most {MAX_ADAPTERS} adapters, got {}",
             hello.adapters.len()
         )));
+    }
+    if let Err(e) = hello.capacity.validate() {
+        return Err(HandshakeRefusal::Invalid(format!("invalid capacity: {e}")));
     }
     if hello.running.len() > hello.slots as usize {
         return Err(HandshakeRefusal::Invalid(format!(
@@ -108,6 +114,7 @@ mod tests {
                 kinds: vec!["q-learning".into()],
             }],
             running: vec![],
+            capacity: Default::default(),
             proof: with.host_proof(master_nonce, &host_nonce, "h1"),
             nonce: host_nonce,
             agent: "test".into(),

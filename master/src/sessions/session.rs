@@ -1,21 +1,22 @@
-//! One host connection, from challenge to close. The handshake must finish
-//! within `handshake_timeout`; after it, a connection silent for
-//! `idle_timeout` is closed, and so is one that sends a frame that does not
-//! decode (framing may be lost). Messages go to the scheduler, which decides;
+//! One host connection, from challenge to close. The handshake — including
+//! the scheduler's admission, which refuses a second connection claiming
+//! the id of a live host — must finish within `handshake_timeout`; after
+//! it, a connection silent for `idle_timeout` is closed, and so is one that
+//! sends a frame that does not decode (framing may be lost). Messages go to the scheduler, which decides;
 //! replies come back through this connection's own outbox.
 
 use super::handshake::{check_hello, HandshakeRefusal};
 use super::listener::ListenerConfig;
-use crate::scheduler::{Command, SchedulerHandle};
+use crate::scheduler::{Admission, Command, SchedulerHandle};
 use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 use trainyard_proto::auth::nonce;
 use trainyard_proto::frame::MessageCodec;
 use trainyard_proto::messages::{Challenge, Hello, HostMessage, MasterMessage, Welcome};
-use trainyard_proto::PROTOCOL_VERSION;
+use trainyard_proto::{HostId, PROTOCOL_VERSION};
 
 type HostFrames = Framed<TcpStream, MessageCodec<HostMessage, MasterMessage>>;
 
@@ -31,13 +32,23 @@ pub async fn run(
     scheduler: SchedulerHandle,
 ) {
     let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
-    let hello = match tokio::time::timeout(
+    let (outbox, mut outgoing) = mpsc::channel(OUTBOX);
+    let mut admitted = None;
+    let greeted = tokio::time::timeout(
         config.timers.handshake_timeout,
-        handshake(&mut frames, config),
+        handshake(
+            &mut frames,
+            config,
+            &scheduler,
+            session,
+            addr,
+            outbox,
+            &mut admitted,
+        ),
     )
-    .await
-    {
-        Ok(Ok(hello)) => hello,
+    .await;
+    let failure = match greeted {
+        Ok(Ok(())) => None,
         Ok(Err(refusal)) => {
             tracing::warn!(%addr, reason = %refusal, "host refused");
             let _ = frames
@@ -45,22 +56,21 @@ pub async fn run(
                     reason: refusal.to_string(),
                 })
                 .await;
-            return;
+            Some(())
         }
         Err(_) => {
             tracing::warn!(%addr, timeout_ms = config.timers.handshake_timeout.as_millis() as u64, "handshake timed out; closing");
-            return;
+            Some(())
         }
     };
-    let host = hello.host_id.clone();
-    let (outbox, mut outgoing) = mpsc::channel(OUTBOX);
-    let connected = Command::Connected {
-        hello: Box::new(hello),
-        session,
-        addr,
-        outbox,
+    let Some(host) = admitted else {
+        return;
     };
-    if scheduler.send(connected).await.is_err() {
+    if failure.is_some() {
+        // Admitted, but never welcomed: the scheduler must forget it.
+        let _ = scheduler
+            .send(Command::Disconnected { host, session })
+            .await;
         return;
     }
 
@@ -114,10 +124,18 @@ pub async fn run(
         .await;
 }
 
+/// Challenge, hello, admission by the scheduler, welcome. Once admitted,
+/// the host's id is in `admitted`: from then on the scheduler counts it
+/// connected, so every way out of [`run`] tells it when the connection ends.
 async fn handshake(
     frames: &mut HostFrames,
     config: &ListenerConfig,
-) -> Result<Hello, HandshakeRefusal> {
+    scheduler: &SchedulerHandle,
+    session: u64,
+    addr: SocketAddr,
+    outbox: mpsc::Sender<MasterMessage>,
+    admitted: &mut Option<HostId>,
+) -> Result<(), HandshakeRefusal> {
     let master_nonce = nonce();
     frames
         .send(MasterMessage::Challenge(Challenge {
@@ -145,9 +163,48 @@ async fn handshake(
     let proof = config
         .secret
         .master_proof(&master_nonce, &hello.nonce, hello.host_id.as_str());
+    let host = hello.host_id.clone();
+    admit(scheduler, hello, session, addr, outbox, &config.timers).await?;
+    *admitted = Some(host);
     frames
         .send(MasterMessage::Welcome(Welcome { proof }))
         .await
-        .map_err(|e| HandshakeRefusal::Invalid(format!("cannot send welcome: {e}")))?;
-    Ok(hello)
+        .map_err(|e| HandshakeRefusal::Invalid(format!("cannot send welcome: {e}")))
+}
+
+/// Asks the scheduler to admit the host. While another connection holds
+/// its id, that connection is probed first: it keeps its place if it
+/// answers within the probe timeout, and is closed (this one admitted) if
+/// it does not.
+async fn admit(
+    scheduler: &SchedulerHandle,
+    hello: Hello,
+    session: u64,
+    addr: SocketAddr,
+    outbox: mpsc::Sender<MasterMessage>,
+    timers: &trainyard_proto::Timers,
+) -> Result<(), HandshakeRefusal> {
+    let hello = Box::new(hello);
+    let mut contested = None;
+    loop {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Admit {
+            hello: hello.clone(),
+            session,
+            addr,
+            outbox: outbox.clone(),
+            contested,
+            reply,
+        };
+        let gone = || HandshakeRefusal::Invalid("the master is shutting down".into());
+        scheduler.send(command).await.map_err(|_| gone())?;
+        match answer.await.map_err(|_| gone())? {
+            Admission::Welcome => return Ok(()),
+            Admission::Refused(reason) => return Err(HandshakeRefusal::Duplicate(reason)),
+            Admission::Probing { since } => {
+                tokio::time::sleep(timers.liveness_probe_timeout()).await;
+                contested = Some(since);
+            }
+        }
+    }
 }

@@ -94,7 +94,7 @@ impl Writer<'_> {
         let rows: Vec<Vec<Param>> = tasks
             .iter()
             .map(|t| {
-                vec![
+                Ok(vec![
                     Param::opt_text(t.name.as_deref()),
                     Param::text(&t.adapter),
                     Param::text(&t.kind),
@@ -103,9 +103,10 @@ impl Writer<'_> {
                     Param::int(t.max_attempts),
                     // A timeout beyond i64 seconds is no limit at all.
                     Param::Int(t.timeout_secs.map(|s| i64::try_from(s).unwrap_or(i64::MAX))),
-                ]
+                    Param::Text(json::resources(&t.resources)?.map(Cow::Owned)),
+                ])
             })
-            .collect();
+            .collect::<Result<_>>()?;
         let returned = self.run(action, INSERT_TASKS, INSERT_COLS, &rows).await?;
         let mut ids = returned
             .iter()
@@ -246,26 +247,32 @@ impl Writer<'_> {
     }
 
     async fn start(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
-        let rows: Vec<(i64, Vec<Param>)> = writes
-            .iter()
-            .filter_map(|(write, id)| match write {
-                Write::Start { attempt, slot } => Some((
-                    *id,
-                    vec![
-                        Param::int(*id),
-                        Param::int(attempt.attempt),
-                        Param::int(*slot),
-                    ],
-                )),
-                _ => None,
-            })
-            .collect();
+        let mut tasks = Vec::with_capacity(writes.len());
+        let mut attempts = Vec::with_capacity(writes.len());
+        for (write, id) in writes {
+            if let Write::Start {
+                attempt,
+                slot,
+                assignment,
+            } = write
+            {
+                let row = vec![
+                    Param::int(*id),
+                    Param::int(attempt.attempt),
+                    Param::int(*slot),
+                ];
+                let mut attempt_row = row.clone();
+                let assignment = assignment.as_ref().map(json::assignment).transpose()?;
+                attempt_row.push(Param::Text(assignment.map(Cow::Owned)));
+                tasks.push(row);
+                attempts.push((*id, attempt_row));
+            }
+        }
         let action = "record starts";
-        let tasks: Vec<Vec<Param>> = rows.iter().map(|(_, row)| row.clone()).collect();
         let done = self
             .changed(action, START_TASKS, START_COLS, &tasks)
             .await?;
-        self.follow_up(action, START_ATTEMPTS, START_COLS, rows, &done)
+        self.follow_up(action, START_ATTEMPTS, START_ATTEMPT_COLS, attempts, &done)
             .await?;
         Ok(done)
     }

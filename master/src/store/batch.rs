@@ -10,6 +10,7 @@
 use crate::model::{AttemptOutcome, Metrics, NewTask, ProgressView, ResultView, StoredCheckpoint};
 use std::collections::HashMap;
 use std::fmt;
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::{AttemptRef, TaskId};
 
 /// One turn's writes, committed together.
@@ -46,8 +47,13 @@ pub enum Write {
     },
     /// DISPATCHED -> RUNNING for exactly this attempt: runs += 1, slot,
     /// started_at_ms (first start only); clears the dispatch deadline; the
-    /// attempt row gets its start time and slot.
-    Start { attempt: AttemptRef, slot: u32 },
+    /// attempt row gets its start time, slot and the host's assignment.
+    Start {
+        attempt: AttemptRef,
+        slot: u32,
+        /// `None` when the start was inferred from the lease alone.
+        assignment: Option<Assignment>,
+    },
     /// The latest progress of the live attempt `attempt`; a checkpoint, when
     /// given, replaces the stored one.
     Progress {
@@ -191,10 +197,15 @@ impl fmt::Debug for Write {
                 .field("host", host)
                 .field("deadline_ms", deadline_ms)
                 .finish(),
-            Write::Start { attempt, slot } => f
+            Write::Start {
+                attempt,
+                slot,
+                assignment,
+            } => f
                 .debug_struct("Start")
                 .field("attempt", attempt)
                 .field("slot", slot)
+                .field("assignment", assignment)
                 .finish(),
             Write::Progress {
                 attempt,
@@ -254,6 +265,7 @@ mod unit {
         Write::Start {
             attempt: AttemptRef::new(task, 1),
             slot: 0,
+            assignment: Some(Assignment::default()),
         }
     }
 

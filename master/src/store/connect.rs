@@ -25,6 +25,8 @@ const POSTGRES_CONNECTIONS: u32 = 10;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a SQLite statement waits for another connection's write lock.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
+/// Every commit is on disk before it is acknowledged.
+pub(super) const SQLITE_SYNCHRONOUS: &str = "FULL";
 
 /// Connects, migrates, and returns the pool.
 pub(super) async fn open(url: &str) -> Result<(AnyPool, Backend)> {
@@ -95,9 +97,11 @@ async fn configure(backend: Backend, conn: &mut AnyConnection) -> Result<(), sql
         conn.execute(format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str())
             .await?;
         conn.execute("PRAGMA journal_mode = WAL").await?;
-        // With WAL, NORMAL loses at most the last commits on power loss, never
-        // consistency; the recovery sweep redoes what those commits decided.
-        conn.execute("PRAGMA synchronous = NORMAL").await?;
+        // FULL syncs the WAL at every commit, so a write the API acknowledged
+        // (a submission's 201, a recorded report) survives power loss; NORMAL
+        // would sync only at checkpoints and could lose the last commits.
+        conn.execute(format!("PRAGMA synchronous = {SQLITE_SYNCHRONOUS}").as_str())
+            .await?;
         conn.execute("PRAGMA foreign_keys = ON").await?;
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! The JSON columns: progress, results, metrics, a host's adapters.
+//! The JSON columns: progress, results, metrics, a host's adapters and
+//! capacity, a task's resource request and an attempt's assignment.
 //!
 //! JSON has no NaN or infinity, and serde_json writes them as `null`, which
 //! then does not read back as a number: one diverged training run reporting a
@@ -10,6 +11,7 @@ use crate::model::{Metrics, ProgressView, ResultView};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::resources::{Assignment, HostCapacity, ResourceRequest};
 
 fn finite(metrics: &Metrics) -> Metrics {
     metrics
@@ -46,6 +48,22 @@ pub(super) fn metrics(m: &Metrics) -> Result<String> {
 
 pub(super) fn adapters(a: &[AdapterInfo]) -> Result<String> {
     encode("adapters", &a)
+}
+
+/// A request, or `None` (NULL) when it asks for nothing beyond a slot.
+pub(super) fn resources(r: &ResourceRequest) -> Result<Option<String>> {
+    if r.is_empty() {
+        return Ok(None);
+    }
+    encode("resources", r).map(Some)
+}
+
+pub(super) fn assignment(a: &Assignment) -> Result<String> {
+    encode("assignment", a)
+}
+
+pub(super) fn capacity(c: &HostCapacity) -> Result<String> {
+    encode("capacity", c)
 }
 
 /// Reads a JSON column of the row named `row` (e.g. `task 17`).

@@ -10,6 +10,7 @@
 //!
 //! # Layout
 //! - `connect`: URLs, connection settings, migrations.
+//! - `lock`: one master per database ([`MasterLock`]).
 //! - `batch`: the write types, and how a batch is grouped into statements.
 //! - `apply`, `statements`: the batch transaction and its SQL.
 //! - `values`: multi-row `VALUES` statements, chunked and padded.
@@ -20,6 +21,7 @@ mod apply;
 mod batch;
 mod connect;
 mod json;
+mod lock;
 mod read;
 mod rows;
 mod statements;
@@ -29,6 +31,7 @@ mod values;
 mod tests;
 
 pub use batch::{Batch, BatchResult, Next, Write};
+pub use lock::{LockError, MasterLock};
 pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
 
 use sqlx::AnyPool;
@@ -74,6 +77,8 @@ pub enum StoreError {
         column: &'static str,
         reason: String,
     },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("task store: cannot encode {what} as JSON: {source}")]
     Encode {
         what: &'static str,

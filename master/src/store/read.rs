@@ -6,14 +6,16 @@ use super::values::{self, Col, Param};
 use super::{json, rows, Backend, Result, Store, StoreError};
 use crate::model::{HostRecord, StoredCheckpoint, Task, TaskDetail, TaskStatus};
 use std::collections::BTreeMap;
+use trainyard_proto::resources::ResourceRequest;
 use trainyard_proto::TaskId;
 
 /// A PENDING task, as the queue needs it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct QueuedTask {
     pub id: TaskId,
     pub adapter: String,
     pub kind: String,
+    pub resources: ResourceRequest,
     pub priority: i32,
     /// The attempt the task was last dispatched at (0 if never).
     pub attempt: u32,
@@ -22,10 +24,13 @@ pub struct QueuedTask {
 }
 
 /// A DISPATCHED or RUNNING task, as the scheduler tracks it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LiveTask {
     pub id: TaskId,
     pub adapter: String,
+    pub kind: String,
+    /// What it asked for, counted against its host while live.
+    pub resources: ResourceRequest,
     pub priority: i32,
     pub status: TaskStatus,
     pub attempt: u32,
@@ -48,6 +53,7 @@ pub struct DispatchPayload {
     /// The last checkpoint, handed to the next attempt.
     pub checkpoint: Option<StoredCheckpoint>,
     pub timeout_secs: Option<u64>,
+    pub resources: ResourceRequest,
 }
 
 /// Which tasks [`Store::tasks`] lists.
@@ -194,7 +200,11 @@ impl Store {
             .iter()
             .map(|row| rows::attempt(row, task.id))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(TaskDetail { task, attempts }))
+        Ok(Some(TaskDetail {
+            task,
+            attempts,
+            waiting: None,
+        }))
     }
 
     /// Tasks matching the filter, newest first.
@@ -230,11 +240,12 @@ impl Store {
     /// `first_seen_ms`.
     pub async fn upsert_host(&self, host: &HostRecord) -> Result<()> {
         let adapters = json::adapters(&host.adapters)?;
+        let capacity = host.capacity.as_ref().map(json::capacity).transpose()?;
         sqlx::query(
-            "INSERT INTO hosts (id, slots, adapters, agent, first_seen_ms, last_seen_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
+            "INSERT INTO hosts (id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (id) DO UPDATE SET slots = excluded.slots, adapters = excluded.adapters, \
-             agent = excluded.agent, last_seen_ms = excluded.last_seen_ms",
+             agent = excluded.agent, last_seen_ms = excluded.last_seen_ms, capacity = excluded.capacity",
         )
         .bind(host.id.replace('\0', "\u{FFFD}"))
         .bind(i64::from(host.slots))
@@ -242,6 +253,7 @@ impl Store {
         .bind(host.agent.replace('\0', "\u{FFFD}"))
         .bind(host.first_seen_ms)
         .bind(host.last_seen_ms)
+        .bind(capacity)
         .execute(&self.pool)
         .await
         .map_err(StoreError::db("record a host"))?;

@@ -17,22 +17,24 @@ use trainyard_proto::TaskId;
 /// The columns [`task`] reads. The checkpoint's size is computed by the
 /// database so listing tasks does not load checkpoint bytes.
 pub(super) const TASK_COLUMNS: &str = "id, name, adapter, kind, params, priority, status, attempt, runs, \
-     max_attempts, timeout_secs, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
+     max_attempts, timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
      checkpoint_attempt, checkpoint_kind, checkpoint_name, LENGTH(checkpoint_data) AS checkpoint_bytes, \
      result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
 
 pub(super) const ATTEMPT_COLUMNS: &str =
-    "attempt, host_id, slot, dispatched_at_ms, started_at_ms, finished_at_ms, outcome, error, metrics";
+    "attempt, host_id, slot, dispatched_at_ms, started_at_ms, finished_at_ms, outcome, error, metrics, assignment";
 
-pub(super) const QUEUED_COLUMNS: &str = "id, adapter, kind, priority, attempt, runs, max_attempts";
+pub(super) const QUEUED_COLUMNS: &str =
+    "id, adapter, kind, resources, priority, attempt, runs, max_attempts";
 
 pub(super) const LIVE_COLUMNS: &str =
-    "id, adapter, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts";
+    "id, adapter, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts";
 
 pub(super) const PAYLOAD_COLUMNS: &str =
-    "id, adapter, kind, params, timeout_secs, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
+    "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
 
-pub(super) const HOST_COLUMNS: &str = "id, slots, adapters, agent, first_seen_ms, last_seen_ms";
+pub(super) const HOST_COLUMNS: &str =
+    "id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity";
 
 /// The cells of one row, with the row's name for error messages.
 struct Cells<'r> {
@@ -180,6 +182,7 @@ pub(super) fn task(row: &AnyRow) -> Result<Task> {
         runs: c.u32("runs")?,
         max_attempts: c.u32("max_attempts")?,
         timeout_secs: c.opt_u64("timeout_secs")?,
+        resources: c.json("resources")?.unwrap_or_default(),
         host: c.opt_text("host_id")?,
         slot: c.opt_u32("slot")?,
         cancel_requested: c.flag("cancel_requested")?,
@@ -215,6 +218,7 @@ pub(super) fn attempt(row: &AnyRow, task: TaskId) -> Result<Attempt> {
         outcome,
         error: c.opt_text("error")?,
         metrics: c.json("metrics")?,
+        assignment: c.json("assignment")?,
     })
 }
 
@@ -224,6 +228,7 @@ pub(super) fn queued(row: &AnyRow) -> Result<QueuedTask> {
         id,
         adapter: c.text("adapter")?,
         kind: c.text("kind")?,
+        resources: c.json("resources")?.unwrap_or_default(),
         priority: c.i32("priority")?,
         attempt: c.u32("attempt")?,
         runs: c.u32("runs")?,
@@ -236,6 +241,8 @@ pub(super) fn live(row: &AnyRow) -> Result<LiveTask> {
     Ok(LiveTask {
         id,
         adapter: c.text("adapter")?,
+        kind: c.text("kind")?,
+        resources: c.json("resources")?.unwrap_or_default(),
         priority: c.i32("priority")?,
         status: c.status("status")?,
         attempt: c.u32("attempt")?,
@@ -277,6 +284,7 @@ pub(super) fn dispatch_payload(row: &AnyRow) -> Result<DispatchPayload> {
         params: c.text("params")?,
         checkpoint,
         timeout_secs: c.opt_u64("timeout_secs")?,
+        resources: c.json("resources")?.unwrap_or_default(),
     })
 }
 
@@ -285,6 +293,7 @@ pub(super) fn host(row: &AnyRow) -> Result<HostRecord> {
     let c = Cells::named(row, format!("host {id}"));
     Ok(HostRecord {
         slots: c.u32("slots")?,
+        capacity: c.json("capacity")?,
         adapters: c.json("adapters")?.unwrap_or_default(),
         agent: c.text("agent")?,
         first_seen_ms: c.i64("first_seen_ms")?,

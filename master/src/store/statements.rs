@@ -12,12 +12,12 @@
 use super::values::Col;
 
 pub(super) const INSERT_TASKS: &str =
-    "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout) \
+    "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, v_resources) \
      AS (VALUES {values}) \
      INSERT INTO tasks (name, adapter, kind, params, priority, max_attempts, timeout_secs, \
-         status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
+         resources, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
      SELECT v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, \
-         'PENDING', 0, 0, 0, {now}, {now} \
+         v_resources, 'PENDING', 0, 0, 0, {now}, {now} \
      FROM v WHERE v_adapter IS NOT NULL \
      RETURNING id";
 pub(super) const INSERT_COLS: &[Col] = &[
@@ -28,6 +28,7 @@ pub(super) const INSERT_COLS: &[Col] = &[
     Col::Int,
     Col::Int,
     Col::Int,
+    Col::Text,
 ];
 
 pub(super) const DISPATCH_TASKS: &str = "WITH v(v_id, v_from, v_attempt, v_host, v_deadline) AS (VALUES {values}) \
@@ -47,10 +48,12 @@ pub(super) const START_TASKS: &str = "WITH v(v_id, v_attempt, v_slot) AS (VALUES
          started_at_ms = COALESCE(started_at_ms, {now}), dispatch_deadline_ms = NULL, updated_at_ms = {now} \
      FROM v WHERE id = v_id AND status = 'DISPATCHED' AND attempt = v_attempt \
      RETURNING id";
-pub(super) const START_ATTEMPTS: &str = "WITH v(v_id, v_attempt, v_slot) AS (VALUES {values}) \
-     UPDATE attempts SET slot = v_slot, started_at_ms = {now} \
+pub(super) const START_ATTEMPTS: &str =
+    "WITH v(v_id, v_attempt, v_slot, v_assignment) AS (VALUES {values}) \
+     UPDATE attempts SET slot = v_slot, started_at_ms = {now}, assignment = v_assignment \
      FROM v WHERE task_id = v_id AND attempt = v_attempt";
 pub(super) const START_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int];
+pub(super) const START_ATTEMPT_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int, Col::Text];
 
 /// Replaces the stored checkpoint where the row brings one (`v_ck = 1`).
 const CHECKPOINT_SET: &str =

@@ -59,7 +59,28 @@ on_both_backends!(
     hosts_upsert_keeps_first_seen,
     unreadable_rows_are_errors_naming_task_and_column,
     ten_thousand_tasks_through_a_full_cycle,
+    resources_and_assignments_are_kept_with_tasks_and_attempts,
 );
+
+#[tokio::test]
+async fn every_sqlite_connection_syncs_each_commit_before_it_is_acknowledged() {
+    let db = trainyard_testkit::fresh_sqlite();
+    let store = connect(&db.url).await;
+    // Hold several connections at once so the pool opens more than one.
+    let mut held = vec![];
+    for _ in 0..3 {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        // 2 is FULL: the WAL is synced at every commit.
+        assert_eq!(level, 2, "synchronous is {level}, not FULL");
+        held.push(conn);
+    }
+    drop(held);
+    store.close().await;
+}
 
 async fn connect(url: &str) -> Store {
     Store::connect(url)
@@ -76,6 +97,7 @@ fn new_task(adapter: &str, priority: i32) -> NewTask {
         priority,
         max_attempts: 3,
         timeout_secs: Some(600),
+        resources: Default::default(),
     }
 }
 
@@ -121,6 +143,7 @@ fn start(task: TaskId, attempt: u32, slot: u32) -> Write {
     Write::Start {
         attempt: AttemptRef::new(task, attempt),
         slot,
+        assignment: Some(Default::default()),
     }
 }
 
@@ -170,7 +193,10 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(migrations, 2, "each of the two migrations is recorded once");
+    assert_eq!(
+        migrations, 3,
+        "each of the three migrations is recorded once"
+    );
     let pending = again.pending().await.unwrap();
     assert_eq!(
         pending.iter().map(|t| t.id).collect::<Vec<_>>(),
@@ -229,6 +255,7 @@ async fn pending_is_by_priority_then_submission_order(store: Store) {
             id: ids[1],
             adapter: "ppo".into(),
             kind: "train".into(),
+            resources: Default::default(),
             priority: 5,
             attempt: 0,
             runs: 0,
@@ -350,6 +377,7 @@ async fn a_task_lives_from_dispatch_to_completion(store: Store) {
             outcome: Some(AttemptOutcome::Completed),
             error: None,
             metrics: Some(Metrics::from([("episodes".to_string(), 10.0)])),
+            assignment: Some(Default::default()),
         }]
     );
     assert!(store.live().await.unwrap().is_empty());
@@ -468,6 +496,7 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
             params: r#"{"lr":0.001,"env":"CartPole-v1"}"#.into(),
             checkpoint: Some(file_checkpoint(1, b"epoch-3")),
             timeout_secs: Some(600),
+            resources: Default::default(),
         }],
         "missing ids are skipped"
     );
@@ -817,11 +846,17 @@ async fn hosts_upsert_keeps_first_seen(store: Store) {
         agent: "trainyard-host/0.1.0".into(),
         first_seen_ms: NOW,
         last_seen_ms: NOW,
+        capacity: Some(trainyard_proto::resources::HostCapacity {
+            cpus: 16.0,
+            memory_bytes: 64 << 30,
+            gpus: vec!["0".into(), "1".into()],
+        }),
     };
     store.upsert_host(&first).await.unwrap();
     let other = HostRecord {
         id: "gpu-1".into(),
         adapters: vec![],
+        capacity: None,
         ..first.clone()
     };
     store.upsert_host(&other).await.unwrap();
@@ -986,4 +1021,46 @@ async fn a_sqlite_file_and_its_directories_are_created() {
     assert_eq!(foreign_keys, 1);
     store.close().await;
     assert!(path.exists());
+}
+
+async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store) {
+    use trainyard_proto::resources::{Assignment, ResourceRequest};
+    let request = ResourceRequest {
+        cpus: Some(1.5),
+        memory_bytes: Some(2 << 30),
+        gpus: 2,
+    };
+    let big = NewTask {
+        resources: request.clone(),
+        ..new_task("ppo", 0)
+    };
+    let [id, plain] = submit(&store, vec![big, new_task("ppo", 0)]).await[..] else {
+        unreachable!()
+    };
+    let pending = store.pending().await.unwrap();
+    assert_eq!(pending[0].resources, request);
+    assert_eq!(pending[1].resources, ResourceRequest::default());
+    assert_eq!(
+        detail(&store, plain).await.task.resources,
+        ResourceRequest::default()
+    );
+
+    apply(&store, NOW + 1, vec![dispatch(id, 0, "gpu-1")]).await;
+    assert_eq!(store.live().await.unwrap()[0].resources, request);
+    let payload = store.dispatch_payloads(&[id]).await.unwrap();
+    assert_eq!(payload[0].resources, request);
+    let given = Assignment {
+        gpus: vec!["1".into(), "3".into()],
+        cpus: Some(1.5),
+        memory_bytes: Some(2 << 30),
+    };
+    let start = Write::Start {
+        attempt: AttemptRef::new(id, 1),
+        slot: 0,
+        assignment: Some(given.clone()),
+    };
+    assert_eq!(apply(&store, NOW + 2, vec![start]).await, vec![true]);
+    let shown = detail(&store, id).await;
+    assert_eq!(shown.task.resources, request);
+    assert_eq!(shown.attempts[0].assignment, Some(given));
 }

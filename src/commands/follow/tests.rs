@@ -120,6 +120,7 @@ async fn an_end_missed_while_disconnected_is_found_by_re_reading_the_task() {
             let detail = trainyard_master::model::TaskDetail {
                 task: sample_task(3, status),
                 attempts: vec![],
+                waiting: None,
             };
             Reply::Json(200, serde_json::to_string(&detail).unwrap())
         }
@@ -174,6 +175,7 @@ async fn only_the_tasks_asked_for_are_shown_until_they_end() {
             let detail = trainyard_master::model::TaskDetail {
                 task: sample_task(id, TaskStatus::Pending),
                 attempts: vec![],
+                waiting: None,
             };
             Reply::Json(200, serde_json::to_string(&detail).unwrap())
         }

@@ -177,6 +177,16 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         addr: Some("10.0.0.5:40000".into()),
         slots: 4,
         free_slots: 2,
+        capacity: Some(trainyard_proto::resources::HostCapacity {
+            cpus: 8.0,
+            memory_bytes: 16 << 30,
+            gpus: vec!["0".into(), "1".into()],
+        }),
+        free: trainyard_master::scheduler::FreeResources {
+            cpus: 8.0,
+            memory_bytes: 16 << 30,
+            gpus: 1,
+        },
         adapters: vec![AdapterInfo {
             name: "python-trainer".into(),
             version: "0.1.0".into(),
@@ -217,6 +227,7 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
             "HOST",
             "CONNECTED",
             "SLOTS",
+            "GPUS",
             "ADAPTERS",
             "RUNNING",
             "LAST SEEN",
@@ -226,10 +237,12 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         lines[1].contains("2/4") && lines[1].contains("python-trainer@0.1.0"),
         "{text}"
     );
-    assert_eq!(&lines[1][columns[4]..columns[4] + 8], "3@1, 8@2");
+    assert!(lines[1].contains("1/2"), "one of two GPUs busy: {text}");
+    assert_eq!(&lines[1][columns[5]..columns[5] + 8], "3@1, 8@2");
     assert!(lines[1].ends_with("1s ago"), "{text}");
     assert_eq!(&lines[2][columns[1]..columns[1] + 2], "no");
-    assert_eq!(&lines[2][columns[3]..columns[3] + 1], MISSING);
+    assert!(lines[2].contains("-/2"), "{text}");
+    assert_eq!(&lines[2][columns[4]..columns[4] + 1], MISSING);
     assert!(lines[2].ends_with("10m00s ago"), "{text}");
 }
 
@@ -246,6 +259,7 @@ fn attempts_show_host_and_slot_times_and_outcome() {
             outcome: Some(AttemptOutcome::LeaseLost),
             error: Some("the lease lapsed".into()),
             metrics: None,
+            assignment: None,
         },
         Attempt {
             attempt: 2,
@@ -257,6 +271,7 @@ fn attempts_show_host_and_slot_times_and_outcome() {
             outcome: None,
             error: None,
             metrics: None,
+            assignment: None,
         },
     ];
     let text = render_attempts_table(&attempts);

@@ -1,0 +1,195 @@
+//! One turn's placement decisions, as a pure function of the queue, the
+//! connected hosts and the clock: which queued tasks go to which hosts, and
+//! which host (if any) is held for a task that waited too long. The rules
+//! are [`crate::placement::fit`]'s; the scheduler turns the result into
+//! writes and dispatches.
+
+use super::queue::{Queue, Queued};
+use crate::placement::fit::{choose, could_ever_fit, may_take, reservation_host};
+use crate::placement::{HostView, Reservation};
+use std::time::{Duration, Instant};
+
+/// A task leaving the queue for a host.
+#[derive(Debug)]
+pub struct Placement {
+    pub task: Queued,
+    /// Index into the host views given to [`plan`].
+    pub host: usize,
+}
+
+/// Places what fits, in queue order, taking each placement's share out of
+/// `hosts` (so they show what stays free), and keeps or makes the
+/// reservation of the fairness rule.
+pub fn plan(
+    queue: &mut Queue,
+    hosts: &mut [HostView],
+    reservation: &mut Option<Reservation>,
+    now: Instant,
+    reserve_after: Duration,
+) -> Vec<Placement> {
+    if reservation
+        .as_ref()
+        .is_some_and(|r| !queue.contains(r.task) || !hosts.iter().any(|h| h.id == r.host))
+    {
+        *reservation = None;
+    }
+    let mut placed = vec![];
+    loop {
+        let held = reservation.as_ref();
+        let Some(task) = queue
+            .first_where(|class, head| {
+                hosts
+                    .iter()
+                    .any(|h| may_take(h, &class.route, &class.need, head, held))
+            })
+            .cloned()
+        else {
+            break;
+        };
+        let Some(host) = choose(hosts, &task.route, &task.need, task.id, held) else {
+            break;
+        };
+        queue.remove(task.id);
+        hosts[host].free.take(&task.need);
+        hosts[host].dispatched += 1;
+        if reservation.as_ref().is_some_and(|r| r.task == task.id) {
+            *reservation = None;
+        }
+        placed.push(Placement { task, host });
+    }
+    if reservation.is_none() {
+        *reservation = reserve(queue, hosts, now, reserve_after);
+    }
+    placed
+}
+
+/// The reservation for the first task in queue order that some connected
+/// host could hold, if it has waited `reserve_after` (it does not fit now:
+/// [`plan`] placed everything that did).
+fn reserve(
+    queue: &Queue,
+    hosts: &[HostView],
+    now: Instant,
+    reserve_after: Duration,
+) -> Option<Reservation> {
+    let head = queue.first_where(|class, _| could_ever_fit(hosts, &class.route, &class.need))?;
+    if now.saturating_duration_since(head.since) < reserve_after {
+        return None;
+    }
+    let host = reservation_host(hosts, &head.route, &head.need)?;
+    Some(Reservation {
+        task: head.id,
+        host: hosts[host].id.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::fit::tests::{gpus, host, route};
+    use crate::placement::Need;
+
+    const BOUND: Duration = Duration::from_secs(30);
+
+    fn queued(id: u64, need: Need, since: Instant) -> Queued {
+        Queued {
+            id,
+            route: route(),
+            need,
+            priority: 0,
+            attempt: 0,
+            runs: 0,
+            max_attempts: 3,
+            since,
+        }
+    }
+
+    fn ids(placed: &[Placement]) -> Vec<u64> {
+        placed.iter().map(|p| p.task.id).collect()
+    }
+
+    /// Ends the task running on `host` with `need`: its share is free again.
+    fn finish(hosts: &mut [HostView], host: usize, need: Need) {
+        let h = &mut hosts[host];
+        h.free.slots += 1;
+        h.free.gpus += need.gpus;
+    }
+
+    #[test]
+    fn whole_requests_fit_or_wait_and_small_ones_pass_a_waiting_large_one() {
+        let t0 = Instant::now();
+        let mut queue = Queue::default();
+        queue.push(queued(1, gpus(1), t0));
+        queue.push(queued(2, gpus(2), t0));
+        queue.push(queued(3, gpus(1), t0));
+        let mut hosts = [host("gpu", 4, 2, 2)];
+        let mut held = None;
+        let placed = plan(&mut queue, &mut hosts, &mut held, t0, BOUND);
+        // 1 takes one GPU; 2 needs both and waits; 3 takes the other.
+        assert_eq!(ids(&placed), [1, 3]);
+        assert_eq!(hosts[0].free.gpus, 0);
+        assert!(queue.contains(2) && held.is_none());
+    }
+
+    #[test]
+    fn a_large_request_is_not_starved_by_a_stream_of_small_ones() {
+        let t0 = Instant::now();
+        let mut queue = Queue::default();
+        let mut hosts = [host("gpu", 8, 2, 0)]; // two 1-GPU tasks running
+        queue.push(queued(1, gpus(2), t0));
+        let mut held = None;
+        let mut now = t0;
+        let mut large_placed_at = None;
+        // Each round a 1-GPU task ends and a new 1-GPU task arrives.
+        for (round, small) in (0..20).zip(10..) {
+            now += Duration::from_secs(5);
+            finish(&mut hosts, 0, gpus(1));
+            queue.push(queued(small, gpus(1), now));
+            let placed = plan(&mut queue, &mut hosts, &mut held, now, BOUND);
+            if ids(&placed).contains(&1) {
+                large_placed_at = Some(round);
+                break;
+            }
+        }
+        let round = large_placed_at.expect("the 2-GPU task was starved");
+        // It reserves the host after 30 s (round 5) and gets both GPUs once
+        // the two running tasks have ended.
+        assert!(round <= 8, "placed only at round {round}");
+        assert!(held.is_none(), "the reservation ends with the placement");
+    }
+
+    #[test]
+    fn a_reservation_ends_when_its_task_leaves_the_queue_or_its_host_goes() {
+        let t0 = Instant::now();
+        let later = t0 + BOUND * 2;
+        let mut queue = Queue::default();
+        queue.push(queued(1, gpus(2), t0));
+        let mut hosts = vec![host("a", 4, 2, 1), host("b", 4, 2, 0)];
+        let mut held = None;
+        assert!(plan(&mut queue, &mut hosts, &mut held, later, BOUND).is_empty());
+        assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("a"));
+        // Host a goes away: the reservation moves on to b.
+        hosts.remove(0);
+        plan(&mut queue, &mut hosts, &mut held, later, BOUND);
+        assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("b"));
+        queue.remove(1);
+        plan(&mut queue, &mut hosts, &mut held, later, BOUND);
+        assert!(held.is_none());
+    }
+
+    #[test]
+    fn a_task_no_host_could_ever_hold_reserves_nothing() {
+        let t0 = Instant::now();
+        let mut queue = Queue::default();
+        queue.push(queued(1, gpus(9), t0));
+        queue.push(queued(2, gpus(1), t0));
+        let mut hosts = [host("gpu", 1, 1, 0)];
+        let mut held = None;
+        plan(&mut queue, &mut hosts, &mut held, t0 + BOUND * 2, BOUND);
+        assert_eq!(
+            held.map(|r| r.task),
+            Some(2),
+            "the head that could ever fit"
+        );
+    }
+}
