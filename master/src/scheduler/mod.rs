@@ -9,8 +9,11 @@
 //! load a turn carries thousands of commands, so the database sees a few large
 //! transactions instead of many small ones.
 //!
+//! At the end of every turn it publishes a [`Snapshot`] (counters and
+//! connected hosts) that the API reads without waiting on it.
+//!
 //! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
-//! [`cycle`] (one turn's effects), `hosts` (sessions and their messages),
+//! [`cycle`] (one turn's effects), [`snapshot`] (what the API reads), `hosts` (sessions and their messages),
 //! `reports` (recording an attempt's end), `dispatch` (matching tasks to
 //! slots), `recover` (the sweep and start-up reconciliation).
 
@@ -20,9 +23,11 @@ mod hosts;
 pub mod queue;
 mod recover;
 mod reports;
+pub mod snapshot;
 pub mod state;
 
 pub use recover::{ReconcileStats, SweepStats};
+pub use snapshot::{Snapshot, SnapshotReader};
 
 use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
@@ -65,12 +70,6 @@ pub enum Command {
         host: HostId,
         session: SessionId,
         message: HostMessage,
-    },
-    Hosts {
-        reply: oneshot::Sender<Vec<HostSnapshot>>,
-    },
-    Overview {
-        reply: oneshot::Sender<Overview>,
     },
 }
 
@@ -127,7 +126,7 @@ pub struct RunningSnapshot {
 }
 
 /// Scheduler counters for health and metrics.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Overview {
     pub queued: usize,
     pub live: usize,
@@ -155,6 +154,7 @@ pub struct SchedulerGone;
 #[derive(Clone)]
 pub struct SchedulerHandle {
     tx: mpsc::Sender<Command>,
+    snapshots: SnapshotReader,
 }
 
 impl SchedulerHandle {
@@ -177,16 +177,19 @@ impl SchedulerHandle {
         rx.await.map_err(|_| SchedulerGone)
     }
 
+    /// The connected hosts as of the scheduler's last turn; never waits on it.
     pub async fn hosts(&self) -> Result<Vec<HostSnapshot>, SchedulerGone> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Hosts { reply }).await?;
-        rx.await.map_err(|_| SchedulerGone)
+        Ok(self.snapshot()?.hosts_now())
     }
 
+    /// The counters as of the scheduler's last turn; never waits on it.
     pub async fn overview(&self) -> Result<Overview, SchedulerGone> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Overview { reply }).await?;
-        rx.await.map_err(|_| SchedulerGone)
+        Ok(self.snapshot()?.overview_now())
+    }
+
+    /// The scheduler's last published snapshot.
+    pub fn snapshot(&self) -> Result<Arc<Snapshot>, SchedulerGone> {
+        self.snapshots.latest().ok_or(SchedulerGone)
     }
 }
 
@@ -228,6 +231,8 @@ pub struct Scheduler {
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
+    /// Where the end of each turn is shown to the API.
+    publisher: snapshot::Publisher,
 }
 
 impl Scheduler {
@@ -241,6 +246,11 @@ impl Scheduler {
         config: SchedulerConfig,
     ) -> Result<(Scheduler, SchedulerHandle), crate::store::StoreError> {
         let (tx, rx) = mpsc::channel(config.max_batch.max(64) * 4);
+        let (publisher, snapshots) = snapshot::channel(Snapshot {
+            published: Instant::now(),
+            overview: Overview::default(),
+            hosts: vec![],
+        });
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
         for host in store.hosts().await? {
@@ -266,6 +276,7 @@ impl Scheduler {
             costs: recover::RecoveryCosts::default(),
             turns: 0,
             resync: false,
+            publisher,
         };
         tracing::info!(
             queued = scheduler.state.queue.len(),
@@ -273,7 +284,8 @@ impl Scheduler {
             "task state loaded"
         );
         scheduler.reconcile().await;
-        Ok((scheduler, SchedulerHandle { tx }))
+        scheduler.publish();
+        Ok((scheduler, SchedulerHandle { tx, snapshots }))
     }
 
     /// Runs turns until `shutdown` resolves or every handle is gone.
@@ -312,6 +324,7 @@ impl Scheduler {
             self.plan_dispatches(&mut cycle);
             let inserted = !cycle.inserts.is_empty();
             self.commit(cycle).await;
+            self.publish();
             // New tasks enter the queue at commit; dispatch them next turn
             // without waiting for another command.
             more_work = inserted && self.dispatch_possible();
@@ -335,24 +348,31 @@ impl Scheduler {
                 session,
                 message,
             } => self.message(&host, session, message, cycle),
-            Command::Hosts { reply } => {
-                let _ = reply.send(self.host_snapshots());
-            }
-            Command::Overview { reply } => {
-                let _ = reply.send(Overview {
-                    queued: self.state.queue.len(),
-                    live: self.state.live.len(),
-                    hosts: self.state.hosts.len(),
-                    free_slots: self.state.hosts.values().map(|h| h.free_slots()).sum(),
-                    redis_ok: self.redis_ok,
-                    last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
-                    turns: self.turns,
-                    sweeps: self.costs.sweeps,
-                    last_sweep: self.costs.last,
-                    slowest_sweep: self.costs.slowest,
-                    reconcile: self.costs.reconcile,
-                });
-            }
+        }
+    }
+
+    /// Shows the API the state as of now.
+    fn publish(&self) {
+        self.publisher.publish(Snapshot {
+            published: Instant::now(),
+            overview: self.overview(),
+            hosts: self.host_snapshots(),
+        });
+    }
+
+    fn overview(&self) -> Overview {
+        Overview {
+            queued: self.state.queue.len(),
+            live: self.state.live.len(),
+            hosts: self.state.hosts.len(),
+            free_slots: self.state.hosts.values().map(|h| h.free_slots()).sum(),
+            redis_ok: self.redis_ok,
+            last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
+            turns: self.turns,
+            sweeps: self.costs.sweeps,
+            last_sweep: self.costs.last,
+            slowest_sweep: self.costs.slowest,
+            reconcile: self.costs.reconcile,
         }
     }
 
@@ -538,8 +558,9 @@ impl Scheduler {
             }
             let _ = submit.reply.send(Ok(mine));
         }
+        // Tests crash here: the dispatch is recorded, the host never hears of it.
+        #[cfg(feature = "failpoints")]
         if !cycle.dispatches.is_empty() {
-            // Tests crash here: the dispatch is recorded, the host never hears of it.
             fail::fail_point!("master-crash-after-dispatch-commit", |_| {
                 tracing::error!("fail point: crashing after committing a dispatch");
                 std::process::exit(86)
@@ -648,24 +669,24 @@ impl Scheduler {
         }
     }
 
+    /// Runs every turn: one pass over the live tasks, one over the hosts.
     fn host_snapshots(&self) -> Vec<HostSnapshot> {
+        let mut by_host: std::collections::HashMap<&HostId, Vec<RunningSnapshot>> =
+            std::collections::HashMap::new();
+        for (task, l) in &self.state.live {
+            by_host.entry(&l.host).or_default().push(RunningSnapshot {
+                task: *task,
+                attempt: l.attempt,
+                status: l.status,
+                slot: l.slot,
+            });
+        }
         let mut hosts: Vec<HostSnapshot> = self
             .state
             .hosts
             .iter()
             .map(|(id, h)| {
-                let mut running: Vec<RunningSnapshot> = self
-                    .state
-                    .live
-                    .iter()
-                    .filter(|(_, l)| &l.host == id)
-                    .map(|(task, l)| RunningSnapshot {
-                        task: *task,
-                        attempt: l.attempt,
-                        status: l.status,
-                        slot: l.slot,
-                    })
-                    .collect();
+                let mut running = by_host.remove(id).unwrap_or_default();
                 running.sort_by_key(|r| r.task);
                 HostSnapshot {
                     id: id.to_string(),
