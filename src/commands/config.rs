@@ -64,7 +64,7 @@ pub fn as_toml(all: &[Entry], source: &Source) -> String {
                 let _ = writeln!(out, "{key} = {value}  # {}", e.origin);
             }
             Err(_) => {
-                let _ = writeln!(out, "# {key} is not set  # {}", e.origin);
+                let _ = writeln!(out, "# {key}: not set ({})", e.origin);
             }
         }
     }

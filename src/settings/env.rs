@@ -176,13 +176,15 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_variable_that_is_not_configuration() {
-        let readme = include_str!("../../README.md");
-        for (pattern, _) in NOT_CONFIGURATION {
-            assert!(
-                readme.contains(pattern),
-                "README.md does not list {pattern}"
-            );
+    fn the_readme_and_config_toml_list_every_variable_that_is_not_configuration() {
+        let docs = [
+            ("README.md", include_str!("../../README.md")),
+            ("config.toml", include_str!("../../config.toml")),
+        ];
+        for (file, text) in docs {
+            for (pattern, _) in NOT_CONFIGURATION {
+                assert!(text.contains(pattern), "{file} does not list {pattern}");
+            }
         }
     }
 }
