@@ -69,13 +69,40 @@ fn assert_layer(config: &Value, values: [Value; 4], source: &str, from: [Option<
     }
 }
 
-#[test]
-fn every_layer_overrides_the_one_below_for_plain_nested_list_and_duration_keys() {
+/// A config file setting the four keys, in a fresh directory with no
+/// `config.toml`; returns the directory and the file's path as given.
+fn with_file() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
-    let here = dir.path();
+    let file = dir.path().join("trainyard.toml");
+    std::fs::write(
+        &file,
+        "redis_url = \"redis://file:1\"\n\
+         [master]\napi_listen = \"127.0.0.1:1001\"\nknown_adapters = [\"from-file\"]\n\
+         [timers]\nlease_ttl = \"10s\"\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    (dir, file)
+}
 
-    // No file, no variables: the defaults.
-    let config = effective(here, &[], &[]);
+/// Variables setting the four keys (and naming the file by TRAINYARD_CONFIG).
+fn environment(file: &str) -> [(&str, &str); 5] {
+    [
+        ("TRAINYARD_CONFIG", file),
+        ("TRAINYARD_REDIS_URL", "redis://env:2"),
+        ("TRAINYARD_MASTER__API_LISTEN", "127.0.0.1:2002"),
+        (
+            "TRAINYARD_MASTER__KNOWN_ADAPTERS",
+            "[python-trainer, \"with,comma\"]",
+        ),
+        ("TRAINYARD_TIMERS__LEASE_TTL", "30s"),
+    ]
+}
+
+#[test]
+fn with_nothing_set_every_key_has_its_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = effective(dir.path(), &[], &[]);
     assert_layer(
         &config,
         [
@@ -87,19 +114,12 @@ fn every_layer_overrides_the_one_below_for_plain_nested_list_and_duration_keys()
         "default",
         [None; 4],
     );
+}
 
-    // The file.
-    let file = here.join("trainyard.toml");
-    std::fs::write(
-        &file,
-        "redis_url = \"redis://file:1\"\n\
-         [master]\napi_listen = \"127.0.0.1:1001\"\nknown_adapters = [\"from-file\"]\n\
-         [timers]\nlease_ttl = \"10s\"\n",
-    )
-    .unwrap();
-    let file_arg = file.display().to_string();
-    let file_name = Some(file_arg.as_str());
-    let config = effective(here, &[], &["--config", &file_arg]);
+#[test]
+fn the_file_overrides_the_defaults() {
+    let (dir, file) = with_file();
+    let config = effective(dir.path(), &[], &["--config", &file]);
     assert_layer(
         &config,
         [
@@ -109,21 +129,14 @@ fn every_layer_overrides_the_one_below_for_plain_nested_list_and_duration_keys()
             json!("10s"),
         ],
         "file",
-        [file_name; 4],
+        [Some(file.as_str()); 4],
     );
+}
 
-    // The environment, over the file (named by TRAINYARD_CONFIG this time).
-    let env = [
-        ("TRAINYARD_CONFIG", file_arg.as_str()),
-        ("TRAINYARD_REDIS_URL", "redis://env:2"),
-        ("TRAINYARD_MASTER__API_LISTEN", "127.0.0.1:2002"),
-        (
-            "TRAINYARD_MASTER__KNOWN_ADAPTERS",
-            "[python-trainer, \"with,comma\"]",
-        ),
-        ("TRAINYARD_TIMERS__LEASE_TTL", "30s"),
-    ];
-    let config = effective(here, &env, &[]);
+#[test]
+fn the_environment_overrides_the_file() {
+    let (dir, file) = with_file();
+    let config = effective(dir.path(), &environment(&file), &[]);
     assert_layer(
         &config,
         [
@@ -140,24 +153,24 @@ fn every_layer_overrides_the_one_below_for_plain_nested_list_and_duration_keys()
             Some("TRAINYARD_TIMERS__LEASE_TTL"),
         ],
     );
-    // Keys no layer above the file set still come from the file or the defaults.
+    // A key only the defaults set still comes from them.
     assert_eq!(config["master.hosts_listen"]["source"], "default");
+}
 
-    // Flags, over the environment.
-    let config = effective(
-        here,
-        &env,
-        &[
-            "--set",
-            "redis_url=redis://flag:3",
-            "--set",
-            "master.api_listen=127.0.0.1:3003",
-            "--set",
-            "master.known_adapters=[noop]",
-            "--set",
-            "timers.lease_ttl=45s",
-        ],
-    );
+#[test]
+fn flags_override_the_environment() {
+    let (dir, file) = with_file();
+    let flags = [
+        "--set",
+        "redis_url=redis://flag:3",
+        "--set",
+        "master.api_listen=127.0.0.1:3003",
+        "--set",
+        "master.known_adapters=[noop]",
+        "--set",
+        "timers.lease_ttl=45s",
+    ];
+    let config = effective(dir.path(), &environment(&file), &flags);
     assert_layer(
         &config,
         [
@@ -293,64 +306,168 @@ async fn wait_until<T>(
     }
 }
 
-fn owned(env: &[(&str, String)]) -> Vec<(String, String)> {
-    env.iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+/// A directory, a private Redis and two free ports: what the processes of
+/// one test are configured with, through their environment alone (there is
+/// no config file, and the defaults name neither that Redis nor those ports).
+struct Site {
+    _dir: tempfile::TempDir,
+    here: PathBuf,
+    redis: RedisServer,
+    api_port: u16,
+    hosts_port: u16,
+}
+
+impl Site {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().canonicalize().unwrap();
+        Self {
+            _dir: dir,
+            here,
+            redis: RedisServer::start(),
+            api_port: free_port(),
+            hosts_port: free_port(),
+        }
+    }
+
+    fn at(&self, name: &str) -> String {
+        self.here.join(name).display().to_string()
+    }
+
+    fn api_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.api_port)
+    }
+
+    /// What master, host and CLI share: the Redis, the secret and token files.
+    fn shared_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("TRAINYARD_REDIS_URL".into(), self.redis.url()),
+            (
+                "TRAINYARD_CLUSTER__SECRET_FILE".into(),
+                self.at("cluster-secret"),
+            ),
+            ("TRAINYARD_API__TOKEN_FILE".into(), self.at("api-token")),
+        ]
+    }
+
+    fn start_master(&self, args: &[&str]) -> Process {
+        let mut env = self.shared_env();
+        env.extend([
+            ("TRAINYARD_DATA_DIR".into(), self.at("data")),
+            (
+                "TRAINYARD_DATABASE_URL".into(),
+                format!("sqlite://{}", self.at("tasks.db")),
+            ),
+            (
+                "TRAINYARD_MASTER__API_LISTEN".into(),
+                format!("127.0.0.1:{}", self.api_port),
+            ),
+            (
+                "TRAINYARD_MASTER__HOSTS_LISTEN".into(),
+                format!("127.0.0.1:{}", self.hosts_port),
+            ),
+        ]);
+        let mut all = vec!["master".to_string()];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Process::spawn(
+            "master",
+            &binaries().trainyard,
+            &all,
+            &env,
+            &self.here.join("master.log"),
+        )
+        .unwrap()
+    }
+
+    /// A host carrying the noop adapter, with 3 slots and `extra`.
+    fn start_host(&self, extra: &[(&str, &str)]) -> Process {
+        let bins = binaries();
+        let mut env = self.shared_env();
+        env.extend([
+            ("TRAINYARD_HOST__ID".into(), "env-host".into()),
+            (
+                "TRAINYARD_HOST__MASTER".into(),
+                format!("127.0.0.1:{}", self.hosts_port),
+            ),
+            ("TRAINYARD_HOST__SLOTS".into(), "3".into()),
+            ("TRAINYARD_HOST__WORK_DIR".into(), self.at("work")),
+            ("TRAINYARD_HOST__CACHE_DIR".into(), self.at("cache")),
+            (
+                "TRAINYARD_HOST__SUPERVISOR".into(),
+                bins.supervisor.display().to_string(),
+            ),
+            (
+                "TRAINYARD_HOST__ADAPTERS".into(),
+                format!(
+                    "[{{path = \"{}\", programs = [\"true\"]}}]",
+                    adapter("noop").display()
+                ),
+            ),
+        ]);
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Process::spawn(
+            "env-host",
+            &bins.trainyard,
+            &["host".into()],
+            &env,
+            &self.here.join("host.log"),
+        )
+        .unwrap()
+    }
+
+    /// `trainyard args…` as an operator's shell runs it: the API's URL and
+    /// token file from the environment.
+    fn cli(&self, args: &[&str]) -> Output {
+        let url = self.api_url();
+        let token = self.at("api-token");
+        let env = [
+            ("TRAINYARD_API__URL", url.as_str()),
+            ("TRAINYARD_API__TOKEN_FILE", token.as_str()),
+        ];
+        trainyard(&self.here, &env, args)
+    }
+
+    /// Waits until the master answers on the port of its environment.
+    async fn wait_for_master(&self, master: &Process) -> Value {
+        let client = ApiClient::new(&self.api_url(), None).unwrap();
+        wait_until(
+            "the master's API on the port of TRAINYARD_MASTER__API_LISTEN",
+            &[master],
+            async || client.health().await.ok(),
+        )
+        .await
+    }
+
+    /// Waits until `trainyard hosts` shows env-host connected; returns it.
+    async fn wait_for_host(&self, master: &Process, host: &Process) -> Value {
+        wait_until(
+            "env-host connected in `trainyard hosts`",
+            &[master, host],
+            async || {
+                let out = self.cli(&["hosts", "--json"]);
+                let hosts: Value = serde_json::from_slice(&out.stdout).ok()?;
+                let host = hosts
+                    .as_array()?
+                    .iter()
+                    .find(|h| h["id"] == "env-host" && h["connected"] == true)?;
+                Some(host.clone())
+            },
+        )
+        .await
+    }
 }
 
 #[tokio::test]
-async fn a_master_host_and_cli_configured_by_the_environment_alone_follow_it() {
+async fn a_master_configured_by_the_environment_listens_there_and_uses_its_redis() {
     let _serial = serial();
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let here = dir.path().canonicalize().unwrap();
-    let (api_port, hosts_port) = (free_port(), free_port());
-    let api_url = format!("http://127.0.0.1:{api_port}");
-    let at = |name: &str| here.join(name).display().to_string();
-    // What master, host and CLI share: the Redis, the secret and token files.
-    let shared = [
-        ("TRAINYARD_REDIS_URL", redis.url()),
-        ("TRAINYARD_CLUSTER__SECRET_FILE", at("cluster-secret")),
-        ("TRAINYARD_API__TOKEN_FILE", at("api-token")),
-    ];
-    let mut master_env = owned(&shared);
-    master_env.extend(owned(&[
-        ("TRAINYARD_DATA_DIR", at("data")),
-        (
-            "TRAINYARD_DATABASE_URL",
-            format!("sqlite://{}", at("tasks.db")),
-        ),
-        (
-            "TRAINYARD_MASTER__API_LISTEN",
-            format!("127.0.0.1:{api_port}"),
-        ),
-        (
-            "TRAINYARD_MASTER__HOSTS_LISTEN",
-            format!("127.0.0.1:{hosts_port}"),
-        ),
-    ]));
-    let bins = binaries();
-    let master = Process::spawn(
-        "master",
-        &bins.trainyard,
-        &["master".into()],
-        &master_env,
-        &here.join("master.log"),
-    )
-    .unwrap();
-
-    // It listens where the environment says...
-    let client = ApiClient::new(&api_url, None).unwrap();
-    let health = wait_until(
-        "the master's API on the port of TRAINYARD_MASTER__API_LISTEN",
-        &[&master],
-        async || client.health().await.ok(),
-    )
-    .await;
+    let site = Site::new();
+    let master = site.start_master(&[]);
+    let health = site.wait_for_master(&master).await;
     assert_eq!(health["redis"], "ok", "{health}");
-    // ... and uses the Redis it names: the master wrote its epoch there.
-    let mut con = redis::Client::open(redis.url())
+    // Hosts reach it on the port of TRAINYARD_MASTER__HOSTS_LISTEN.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", site.hosts_port)).is_ok());
+    // It uses the Redis of TRAINYARD_REDIS_URL: its epoch is there.
+    let mut con = redis::Client::open(site.redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -364,72 +481,43 @@ async fn a_master_host_and_cli_configured_by_the_environment_alone_follow_it() {
         epoch.is_some(),
         "no epoch in the Redis of TRAINYARD_REDIS_URL"
     );
+}
 
-    let work = here.join("work");
-    let mut host_env = owned(&shared);
-    host_env.extend(owned(&[
-        ("TRAINYARD_HOST__ID", "env-host".to_string()),
-        ("TRAINYARD_HOST__MASTER", format!("127.0.0.1:{hosts_port}")),
-        ("TRAINYARD_HOST__SLOTS", "3".to_string()),
-        ("TRAINYARD_HOST__KEEP_WORKSPACES", "true".to_string()),
-        ("TRAINYARD_HOST__WORK_DIR", work.display().to_string()),
-        ("TRAINYARD_HOST__CACHE_DIR", at("cache")),
-        (
-            "TRAINYARD_HOST__SUPERVISOR",
-            bins.supervisor.display().to_string(),
-        ),
-        (
-            "TRAINYARD_HOST__ADAPTERS",
-            format!(
-                "[{{path = \"{}\", programs = [\"true\"]}}]",
-                adapter("noop").display()
-            ),
-        ),
-    ]));
-    let host = Process::spawn(
-        "env-host",
-        &bins.trainyard,
-        &["host".into()],
-        &host_env,
-        &here.join("host.log"),
-    )
-    .unwrap();
+#[tokio::test]
+async fn the_cli_follows_trainyard_api_url_to_a_host_with_the_slots_of_its_environment() {
+    let _serial = serial();
+    let site = Site::new();
+    let master = site.start_master(&[]);
+    site.wait_for_master(&master).await;
+    let host = site.start_host(&[]);
+    // No config file here, and the default URL has no master: the CLI
+    // reached it through TRAINYARD_API__URL (`GET /v1/hosts`).
+    let shown = site.wait_for_host(&master, &host).await;
+    assert_eq!(shown["slots"], 3, "TRAINYARD_HOST__SLOTS=3: {shown}");
+}
 
-    // The CLI goes where TRAINYARD_API__URL says (there is no config file
-    // here, and the default URL has no master) and sees 3 slots.
-    let cli_env = [
-        ("TRAINYARD_API__URL", api_url.as_str()),
-        ("TRAINYARD_API__TOKEN_FILE", &at("api-token")),
-    ];
-    let hosts = wait_until(
-        "env-host with 3 slots in `trainyard hosts`",
-        &[&master, &host],
-        async || {
-            let out = trainyard(&here, &cli_env, &["hosts", "--json"]);
-            let hosts: Value = serde_json::from_slice(&out.stdout).ok()?;
-            let host = hosts
-                .as_array()?
-                .iter()
-                .find(|h| h["id"] == "env-host" && h["connected"] == true)?;
-            Some(host.clone())
-        },
-    )
-    .await;
-    assert_eq!(hosts["slots"], 3, "{hosts}");
+#[tokio::test]
+async fn a_host_keeps_its_workspaces_when_its_environment_says_so() {
+    let _serial = serial();
+    let site = Site::new();
+    let master = site.start_master(&[]);
+    site.wait_for_master(&master).await;
+    let host = site.start_host(&[("TRAINYARD_HOST__KEEP_WORKSPACES", "true")]);
+    site.wait_for_host(&master, &host).await;
 
-    // A task submitted through the CLI runs, and its workspace is kept.
-    let out = trainyard(&here, &cli_env, &["submit", "--adapter", "noop"]);
+    let out = site.cli(&["submit", "--adapter", "noop"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "submit: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let id: u64 = String::from_utf8_lossy(&out.stdout)
-        .split(|c: char| !c.is_ascii_digit())
-        .find(|w| !w.is_empty())
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no task id in {:?}", String::from_utf8_lossy(&out.stdout)));
-    let task = wait_until("the task COMPLETED", &[&master, &host], async || {
+    let id: u64 = stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no task id in {stdout:?}"));
+    let client = ApiClient::new(&site.api_url(), None).unwrap();
+    let task = wait_until("the task's end", &[&master, &host], async || {
         client
             .task(id)
             .await
@@ -438,55 +526,20 @@ async fn a_master_host_and_cli_configured_by_the_environment_alone_follow_it() {
     })
     .await;
     assert_eq!(task.task.status, TaskStatus::Completed, "{:?}", task.task);
-    let kept: PathBuf = work.join(format!("{id}-1"));
+    let kept = site.here.join("work").join(format!("{id}-1"));
     assert!(
         kept.is_dir(),
         "TRAINYARD_HOST__KEEP_WORKSPACES=true, yet {} is gone",
         kept.display()
     );
-    drop(host);
-    drop(master);
 }
 
 #[tokio::test]
 async fn a_flag_wins_over_the_environment_for_a_real_master() {
     let _serial = serial();
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let here = dir.path().canonicalize().unwrap();
-    let (env_port, flag_port) = (free_port(), free_port());
-    let at = |name: &str| here.join(name).display().to_string();
-    let env = owned(&[
-        ("TRAINYARD_REDIS_URL", redis.url()),
-        ("TRAINYARD_DATA_DIR", at("data")),
-        (
-            "TRAINYARD_DATABASE_URL",
-            format!("sqlite://{}", at("tasks.db")),
-        ),
-        ("TRAINYARD_CLUSTER__SECRET_FILE", at("cluster-secret")),
-        ("TRAINYARD_API__TOKEN_FILE", at("api-token")),
-        (
-            "TRAINYARD_MASTER__API_LISTEN",
-            format!("127.0.0.1:{env_port}"),
-        ),
-        (
-            "TRAINYARD_MASTER__HOSTS_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-    ]);
-    let args = [
-        "master".to_string(),
-        "--api-listen".into(),
-        format!("127.0.0.1:{flag_port}"),
-    ];
-    let master = Process::spawn(
-        "master",
-        &binaries().trainyard,
-        &args,
-        &env,
-        &here.join("master.log"),
-    )
-    .unwrap();
+    let site = Site::new();
+    let flag_port = free_port();
+    let master = site.start_master(&["--api-listen", &format!("127.0.0.1:{flag_port}")]);
     let client = ApiClient::new(&format!("http://127.0.0.1:{flag_port}"), None).unwrap();
     wait_until(
         "the master on the --api-listen port",
@@ -494,10 +547,9 @@ async fn a_flag_wins_over_the_environment_for_a_real_master() {
         async || client.health().await.ok(),
     )
     .await;
-    let env_client = ApiClient::new(&format!("http://127.0.0.1:{env_port}"), None).unwrap();
+    let env_client = ApiClient::new(&site.api_url(), None).unwrap();
     assert!(
         env_client.health().await.is_err(),
         "the master also listens on the environment's port"
     );
-    drop(master);
 }
