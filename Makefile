@@ -27,12 +27,14 @@ demo: build
 	./target/debug/trainyard demo
 
 # `cargo test` builds the binaries the integration tests start, with the
-# features the tests unify; building them first with `cargo build` would
-# compile most dependencies twice.
+# features the tests unify (the master's fail points among them); building
+# them first with `cargo build` would compile most dependencies twice. The
+# check before it proves builds without the tests have no test machinery.
 test: adapters
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
+	@CARGO=$(CARGO) scripts/check_no_test_machinery.sh
 	$(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory -C adapters test
 

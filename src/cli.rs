@@ -14,12 +14,17 @@ use std::path::PathBuf;
     long_about = "Run reinforcement-learning training jobs on a fleet of worker hosts.\n\n\
         `trainyard master` keeps the tasks and dispatches them; `trainyard host` runs them through \
         sandboxed WebAssembly adapters; the other commands talk to the master's HTTP API.\n\
-        Settings come from config.toml, TRAINYARD_* environment variables and flags, in that order."
+        Settings come from config.toml, TRAINYARD_* environment variables and flags, in that order \
+        (`trainyard config` shows the result)."
 )]
 pub struct Cli {
     /// Configuration file [default: ./config.toml, if it exists]
     #[arg(long, global = true, env = "TRAINYARD_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Set any configuration key, over the file and the environment:
+    /// --set timers.lease_ttl=30s --set master.known_adapters='[a, b]' (repeatable)
+    #[arg(long, global = true, value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -46,6 +51,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Print a fresh random value for cluster.secret or api.token
     Secret,
+    /// Print the effective configuration with each value's source (secrets redacted)
+    Config(commands::config::ConfigArgs),
 }
 
 #[derive(Debug, Args)]
@@ -94,6 +101,17 @@ pub struct DemoArgs {
     /// Keep the demo's directory (database, logs, workspaces) afterwards
     #[arg(long)]
     pub keep: bool,
+}
+
+impl Command {
+    /// Whether the command runs processes (a master, a host, the demo's
+    /// cluster) rather than printing an answer and exiting.
+    pub fn runs_processes(&self) -> bool {
+        matches!(
+            self,
+            Command::Master(_) | Command::Host(_) | Command::Demo(_)
+        )
+    }
 }
 
 impl MasterArgs {

@@ -145,10 +145,41 @@ impl ApiClient {
         &self.shown
     }
 
-    /// `GET /v1/health`: database, Redis and scheduler state, task counts.
+    /// `GET /v1/health`: database, Redis and scheduler state, task counts —
+    /// also when the master answers 503 (degraded): the report says why.
     pub async fn health(&self) -> Result<serde_json::Value, ClientError> {
-        self.call(self.request(Method::GET, "v1/health")?, "GET /v1/health")
+        self.probe("v1/health").await.map(|(_, report)| report)
+    }
+
+    /// A health endpoint (`v1/health`, `v1/health/live`,
+    /// `v1/health/ready`): whether it answered 200 (rather than 503), and
+    /// its report.
+    pub async fn probe(&self, path: &str) -> Result<(bool, serde_json::Value), ClientError> {
+        let what = format!("GET /{path}");
+        let response = self
+            .request(Method::GET, path)?
+            .timeout(REQUEST_TIMEOUT)
+            .send()
             .await
+            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+        if !(status.is_success() || status == reqwest::StatusCode::SERVICE_UNAVAILABLE) {
+            let text = String::from_utf8_lossy(&body);
+            return Err(ClientError::from_response(
+                status.as_u16(),
+                &text,
+                self.token.is_some(),
+            ));
+        }
+        let report = serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
+            what,
+            reason: e.to_string(),
+        })?;
+        Ok((status.is_success(), report))
     }
 
     /// Submits one task (`{"adapter": ..., "params": {...}, ...}`); returns its id.

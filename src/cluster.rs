@@ -1,6 +1,6 @@
-//! Real trainyard processes on one machine: a master, hosts and (when no
-//! Redis is given) a private `redis-server`, each with its own log file, all
-//! configured through one generated config file. The demo runs on it, and so
+//! Real trainyard processes on one machine: a master and hosts, each with
+//! its own log file, all configured through one generated config file (and
+//! nothing else: the caller's `TRAINYARD_` variables are not passed on). The demo runs on it, and so
 //! do the multi-process tests and benchmarks — which kill, pause and restart
 //! these processes for real.
 
@@ -105,7 +105,15 @@ impl Process {
             .open(&self.log)
             .with_context(|| format!("cannot open log {}", self.log.display()))?;
         let err = out.try_clone()?;
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        // A cluster's processes are configured by its config file alone: a
+        // TRAINYARD_ variable of the caller's environment would override it.
+        for (name, _) in std::env::vars_os() {
+            if crate::settings::env::is_configuration(&name.to_string_lossy()) {
+                command.env_remove(name);
+            }
+        }
+        let child = command
             .args(&self.command)
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
@@ -217,8 +225,8 @@ impl Cluster {
             database_url: database_url.to_string(),
             ..Settings::default()
         };
-        let hosts_port = trainyard_testkit::free_port();
-        let api_port = trainyard_testkit::free_port();
+        let hosts_port = crate::redis_server::free_port();
+        let api_port = crate::redis_server::free_port();
         s.master.hosts_listen = format!("127.0.0.1:{hosts_port}").parse()?;
         s.master.api_listen = format!("127.0.0.1:{api_port}").parse()?;
         s.api.url = format!("http://127.0.0.1:{api_port}");
@@ -292,7 +300,8 @@ impl Cluster {
         )?)
     }
 
-    /// Waits until the master answers its health endpoint and its token file exists.
+    /// Waits until the master is live (it answers `/v1/health/live`, whatever
+    /// the state of Redis) and its token file exists.
     pub async fn wait_for_master(
         &self,
         timeout: Duration,
@@ -300,7 +309,8 @@ impl Cluster {
         let until = Instant::now() + timeout;
         loop {
             if let Ok(client) = self.client() {
-                if client.health().await.is_ok() && self.settings.api.token_file.exists() {
+                let live = matches!(client.probe("v1/health/live").await, Ok((true, _)));
+                if live && self.settings.api.token_file.exists() {
                     return self.client();
                 }
             }

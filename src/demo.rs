@@ -45,14 +45,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
             if which("redis-server").is_none() {
                 bail!("redis-server is not installed: install the Debian package `redis-server`, or set TRAINYARD_REDIS_URL");
             }
-            let server = trainyard_testkit::RedisServer::start();
+            let server = crate::redis_server::RedisServer::try_start()?;
             println!("Started a private redis-server on port {}", server.port());
             (server.url(), Some(server))
         }
     };
     std::fs::create_dir_all(&dir)?;
     let db = dir.canonicalize()?.join("trainyard.db");
-    let mut cluster = Cluster::new(&dir, bins, &redis_url, &trainyard_testkit::sqlite_url(&db))?;
+    let database_url = format!("sqlite://{}", db.display());
+    let mut cluster = Cluster::new(&dir, bins, &redis_url, &database_url)?;
     cluster.settings.redis_key_prefix = format!("demo-{stamp}:");
     cluster.settings.host.adapters = vec![crate::settings::AdapterEntry {
         path: trainer.canonicalize()?,

@@ -10,20 +10,22 @@
 //! - [`settings`]: defaults < `config.toml` < environment < flags.
 //! - [`secrets`]: the cluster secret and the API token.
 //! - [`roles`]: running a master or a host from the settings.
+//! - [`data_dir`]: the master's files, private to its user.
 //! - [`client`], [`commands`]: the HTTP API client and operator commands.
-//! - [`cluster`]: starting real master, host and Redis processes (the demo,
-//!   benchmarks and tests use it).
+//! - [`cluster`]: starting real master and host processes (the demo,
+//!   benchmarks and tests use it); [`redis_server`]: a private
+//!   `redis-server` for the demo (and the tests).
 //! - [`demo`]: `trainyard demo`.
 //! - [`logging`]: tracing set-up.
-//! - [`bench`]: the benchmarks of `make bench` (`trainyard-bench`).
 
-pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod commands;
+pub mod data_dir;
 pub mod demo;
 pub mod logging;
+pub mod redis_server;
 pub mod roles;
 pub mod secrets;
 pub mod settings;
@@ -38,7 +40,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Host(a) => a.overrides(),
         _ => serde_json::json!({}),
     };
-    let (settings, source) = settings::Settings::load(cli.config.as_deref(), flags)?;
+    let inputs = settings::Inputs::from_process(cli.config.as_deref(), &cli.set, flags);
+    let (settings, source) = settings::Settings::load_from(inputs)?;
     match &source.file {
         Some(f) => tracing::debug!(file = %f.display(), "configuration read"),
         None => tracing::debug!("no config file; using defaults and the environment"),
@@ -66,6 +69,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,
         Command::Demo(args) => return demo::run(args).await,
         Command::Secret => println!("{}", trainyard_proto::auth::ClusterSecret::generate_hex()),
+        Command::Config(args) => commands::config::run(&settings, &source, args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,8 +6,11 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = trainyard::cli::Cli::parse();
     trainyard::logging::init();
-    // Fault-injection points stay inert unless FAILPOINTS arms them (tests do).
-    let _failpoints = fail::FailScenario::setup();
+    if !cli.command.runs_processes() {
+        end_quietly_on_a_closed_pipe();
+    }
+    // Fault-injection points, only in builds for the tests (FAILPOINTS).
+    let _failpoints = trainyard_master::failpoints::arm();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -23,5 +26,19 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// An answer written into a closed pipe (`trainyard tasks | head -1`) ends
+/// the command as it ends `cat` or `ls`: killed by SIGPIPE, which shells
+/// report as status 141, with nothing on stderr. (Rust ignores SIGPIPE, so
+/// the write would fail and `println!` panic.) Commands that run processes
+/// keep ignoring it: a reader of theirs going away is no reason to die, and
+/// their socket writes never raise it.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: called once, before any other thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

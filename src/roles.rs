@@ -142,6 +142,7 @@ pub fn raise_open_file_limit() {
 
 pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
     raise_open_file_limit();
+    crate::data_dir::make_private(s)?;
     let config = master_config(s)?;
     let mut master = trainyard_master::start(config).await?;
     tokio::select! {

@@ -1,12 +1,30 @@
-//! Configuration: built-in defaults, then `config.toml`, then `TRAINYARD_…`
-//! environment variables (sections joined by `__`, e.g.
-//! `TRAINYARD_MASTER__API_LISTEN`), then command-line flags — merged by
-//! figment. Unknown keys are errors, so a typo never silently falls back to a
+//! Configuration: built-in defaults, then `config.toml` (or `--config`),
+//! then `TRAINYARD_…` environment variables (sections joined by `__`, e.g.
+//! `TRAINYARD_MASTER__API_LISTEN`), then command-line flags (`--set
+//! key=value`, then a role's own flags) — merged by figment. Unknown keys
+//! are errors in every layer, so a typo never silently falls back to a
 //! default.
+//!
+//! - `keys`: which keys exist and how a raw text value is read for each.
+//! - [`env`]: the environment layer and the variables that are not
+//!   configuration.
+//! - `layer`: the layers as figment providers, and each value's [`Origin`].
+//! - [`effective`]: the merged configuration key by key, secrets redacted.
 
-use figment::providers::{Env, Format, Serialized, Toml};
+pub mod effective;
+pub mod env;
+mod keys;
+mod layer;
+
+pub use env::{EnvError, NOT_CONFIGURATION};
+pub use layer::Origin;
+
+use figment::providers::{Format, Toml};
+use figment::value::{Dict, Value};
 use figment::Figment;
+use layer::{Layer, LayerKind};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,20 +32,6 @@ use trainyard_proto::Timers;
 
 /// The file read when no `--config` is given, if it exists.
 pub const DEFAULT_FILE: &str = "config.toml";
-
-/// Top-level keys; environment variables naming anything else (such as
-/// `TRAINYARD_TEST_REDIS_URL`) are not configuration.
-const TOP_LEVEL: [&str; 9] = [
-    "data_dir",
-    "redis_url",
-    "redis_key_prefix",
-    "database_url",
-    "cluster",
-    "api",
-    "master",
-    "host",
-    "timers",
-];
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -205,47 +209,152 @@ impl Default for HostSection {
     }
 }
 
-/// Where the configuration came from, for the start-up log.
+/// Where the configuration came from: the file read, and each value's
+/// origin.
 #[derive(Debug, Clone)]
 pub struct Source {
     pub file: Option<PathBuf>,
+    figment: Figment,
+}
+
+impl Source {
+    /// Where the effective value of `key` (dotted: `master.api_listen`) came from.
+    pub fn origin(&self, key: &str) -> Origin {
+        layer::origin_of(&self.figment, key)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
     #[error("config file {0} does not exist")]
     Missing(PathBuf),
+    #[error(transparent)]
+    Environment(#[from] EnvError),
+    #[error("--set {arg}: {reason}")]
+    Set { arg: String, reason: String },
     #[error("invalid configuration: {0}")]
     Invalid(#[from] Box<figment::Error>),
 }
 
+/// What the configuration is merged from, besides the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// `--config`; without it `config.toml` if it exists.
+    pub file: Option<PathBuf>,
+    /// The environment (every variable; those that are not configuration
+    /// are passed over).
+    pub env: Vec<(String, String)>,
+    /// `--set key=value`, in order.
+    pub set: Vec<String>,
+    /// A role's flags, as a nested object of the keys they override.
+    pub flags: serde_json::Value,
+}
+
+impl Inputs {
+    /// The process's own environment, a file and flags.
+    pub fn from_process(file: Option<&Path>, set: &[String], flags: serde_json::Value) -> Self {
+        Self {
+            file: file.map(Path::to_path_buf),
+            env: std::env::vars_os()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect(),
+            set: set.to_vec(),
+            flags,
+        }
+    }
+}
+
 impl Settings {
     /// Merges defaults, the config file (`path`, else `config.toml` if it
-    /// exists), the environment, and `flags` (a nested object of the flags the
-    /// user gave).
+    /// exists), the process environment, and `flags` (a nested object of the
+    /// flags the user gave).
     pub fn load(
         path: Option<&Path>,
         flags: serde_json::Value,
     ) -> Result<(Settings, Source), SettingsError> {
-        let file = match path {
-            Some(p) if !p.exists() => return Err(SettingsError::Missing(p.to_path_buf())),
-            Some(p) => Some(p.to_path_buf()),
+        Self::load_from(Inputs::from_process(path, &[], flags))
+    }
+
+    /// Merges the defaults and `inputs`, lowest precedence first: file,
+    /// environment, `--set`, flags.
+    pub fn load_from(inputs: Inputs) -> Result<(Settings, Source), SettingsError> {
+        let file = match inputs.file {
+            Some(p) if !p.exists() => return Err(SettingsError::Missing(p)),
+            Some(p) => Some(p),
             None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.exists()),
         };
-        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        let mut figment = Figment::from(defaults_layer());
         if let Some(f) = &file {
             figment = figment.merge(Toml::file_exact(f));
         }
         figment = figment
-            .merge(Env::prefixed("TRAINYARD_").split("__").filter(|key| {
-                TOP_LEVEL
-                    .iter()
-                    .any(|top| key.as_str() == *top || key.as_str().starts_with(&format!("{top}.")))
-            }))
-            .merge(Serialized::defaults(flags));
+            .merge(env::layer(inputs.env)?)
+            .merge(set_layer(&inputs.set)?)
+            .merge(flags_layer(&inputs.flags));
         let settings: Settings = figment.extract().map_err(Box::new)?;
-        Ok((settings, Source { file }))
+        Ok((settings, Source { file, figment }))
     }
+}
+
+fn defaults_layer() -> Layer {
+    let data = match Value::serialize(Settings::default()) {
+        Ok(Value::Dict(_, dict)) => dict,
+        _ => unreachable!("the defaults serialize as a dict"),
+    };
+    Layer::new(LayerKind::Defaults, data, BTreeMap::new())
+}
+
+/// `--set key=value` flags: any key, read like an environment variable's value.
+fn set_layer(args: &[String]) -> Result<Layer, SettingsError> {
+    let mut data = Dict::new();
+    let mut names = BTreeMap::new();
+    for arg in args {
+        let fail = |reason: String| SettingsError::Set {
+            arg: arg.clone(),
+            reason,
+        };
+        let (key, raw) = arg
+            .split_once('=')
+            .ok_or_else(|| fail("expected key=value, e.g. --set timers.lease_ttl=30s".into()))?;
+        let key = key.trim();
+        let path: Vec<String> = key.split('.').map(str::to_string).collect();
+        let kind = keys::kind_of(&path).map_err(|e| fail(format!("no key {}", e.0)))?;
+        let value = keys::parse(kind, raw).map_err(fail)?;
+        layer::insert(&mut data, &path, value);
+        names.insert(key.to_string(), format!("--set {key}"));
+    }
+    Ok(Layer::new(LayerKind::Set, data, names))
+}
+
+/// A role's flags (already typed by the command line).
+fn flags_layer(flags: &serde_json::Value) -> Layer {
+    fn walk(node: &serde_json::Value, path: &mut Vec<String>, out: &mut BTreeMap<String, String>) {
+        match node {
+            serde_json::Value::Object(o) => {
+                for (k, v) in o {
+                    path.push(k.clone());
+                    walk(v, path, out);
+                    path.pop();
+                }
+            }
+            _ if path.is_empty() => {}
+            _ => {
+                out.insert(path.join("."), layer::flag_name(path));
+            }
+        }
+    }
+    let mut names = BTreeMap::new();
+    walk(flags, &mut vec![], &mut names);
+    let data = match Value::serialize(flags) {
+        Ok(Value::Dict(_, dict)) => dict,
+        _ => Dict::new(),
+    };
+    Layer::new(LayerKind::Flag, data, names)
 }
 
 #[cfg(test)]
@@ -258,10 +367,19 @@ mod tests {
         f
     }
 
+    /// Loads `file` with no environment at all, whatever the test runner's is.
+    fn load(file: &Path, flags: serde_json::Value) -> Result<(Settings, Source), SettingsError> {
+        Settings::load_from(Inputs {
+            file: Some(file.to_path_buf()),
+            flags,
+            ..Inputs::default()
+        })
+    }
+
     #[test]
     fn the_shipped_config_file_is_valid_and_matches_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
-        let (from_file, _) = Settings::load(Some(&path), serde_json::json!({})).unwrap();
+        let (from_file, _) = load(&path, serde_json::json!({})).unwrap();
         let defaults = Settings::default();
         assert_eq!(
             serde_json::to_value(&from_file).unwrap(),
@@ -273,7 +391,7 @@ mod tests {
     #[test]
     fn unknown_keys_are_refused_with_their_name() {
         let f = with_file("[master]\napi_listn = \"127.0.0.1:1\"\n");
-        let err = Settings::load(Some(f.path()), serde_json::json!({}))
+        let err = load(f.path(), serde_json::json!({}))
             .unwrap_err()
             .to_string();
         assert!(err.contains("api_listn"), "{err}");
@@ -282,24 +400,87 @@ mod tests {
     #[test]
     fn flags_override_the_file() {
         let f = with_file("[host]\nslots = 3\nmaster = \"10.0.0.1:7700\"\n");
-        let (s, _) =
-            Settings::load(Some(f.path()), serde_json::json!({"host": {"slots": 5}})).unwrap();
+        let (s, source) = load(f.path(), serde_json::json!({"host": {"slots": 5}})).unwrap();
         assert_eq!(s.host.slots, 5);
         assert_eq!(s.host.master, "10.0.0.1:7700");
+        assert_eq!(source.origin("host.slots"), Origin::Flag("--slots".into()));
+        assert_eq!(
+            source.origin("host.master"),
+            Origin::File(f.path().to_path_buf())
+        );
+        assert_eq!(source.origin("host.work_dir"), Origin::Default);
     }
 
     #[test]
     fn durations_are_human_text() {
         let f = with_file("[timers]\nlease_ttl = \"3s\"\nheartbeat_interval = \"300ms\"\n");
-        let (s, _) = Settings::load(Some(f.path()), serde_json::json!({})).unwrap();
+        let (s, _) = load(f.path(), serde_json::json!({})).unwrap();
         assert_eq!(s.timers.lease_ttl, Duration::from_secs(3));
         assert_eq!(s.timers.heartbeat_interval, Duration::from_millis(300));
     }
 
     #[test]
+    fn the_environment_sits_between_the_file_and_the_flags() {
+        let f = with_file("redis_url = \"redis://file:1\"\n[timers]\nlease_ttl = \"3s\"\n");
+        let env = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (s, source) = Settings::load_from(Inputs {
+            file: Some(f.path().to_path_buf()),
+            env: env(&[
+                ("TRAINYARD_REDIS_URL", "redis://env:2"),
+                ("TRAINYARD_TIMERS__LEASE_TTL", "30s"),
+                ("TRAINYARD_MASTER__KNOWN_ADAPTERS", "[a, b]"),
+                ("TRAINYARD_HOST__KEEP_WORKSPACES", "true"),
+            ]),
+            set: vec!["timers.lease_ttl=45s".into()],
+            flags: serde_json::json!({}),
+        })
+        .unwrap();
+        assert_eq!(s.redis_url, "redis://env:2");
+        assert_eq!(s.timers.lease_ttl, Duration::from_secs(45));
+        assert_eq!(s.master.known_adapters, ["a", "b"]);
+        assert!(s.host.keep_workspaces);
+        assert_eq!(
+            source.origin("redis_url"),
+            Origin::Environment("TRAINYARD_REDIS_URL".into())
+        );
+        assert_eq!(
+            source.origin("timers.lease_ttl"),
+            Origin::Flag("--set timers.lease_ttl".into())
+        );
+    }
+
+    #[test]
+    fn an_invalid_value_from_the_environment_names_its_variable() {
+        let err = Settings::load_from(Inputs {
+            env: vec![("TRAINYARD_HOST__SLOTS".into(), "many".into())],
+            file: Some(with_file("").path().to_path_buf()),
+            ..Inputs::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("TRAINYARD_HOST__SLOTS"), "{err}");
+    }
+
+    #[test]
+    fn a_set_flag_for_no_key_is_refused() {
+        let err = Settings::load_from(Inputs {
+            set: vec!["master.api_listn=x".into()],
+            file: Some(with_file("").path().to_path_buf()),
+            ..Inputs::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert_eq!(err, "--set master.api_listn=x: no key master.api_listn");
+    }
+
+    #[test]
     fn a_missing_explicit_file_is_an_error() {
-        let err = Settings::load(
-            Some(Path::new("/nonexistent/trainyard.toml")),
+        let err = load(
+            Path::new("/nonexistent/trainyard.toml"),
             serde_json::json!({}),
         )
         .unwrap_err();

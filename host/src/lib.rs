@@ -168,7 +168,7 @@ pub async fn start(
     })?;
     let adapters = load_adapters(&runtime, &config).await?;
     let redis = Arc::new(
-        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, Duration::from_secs(2))
+        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, config.timers.redis_timeout)
             .map_err(HostError::RedisUrl)?,
     );
     let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());

@@ -14,10 +14,12 @@
 //! - [`api`]: the HTTP API and the live event stream.
 //! - [`events`]: fan-out of task events.
 //! - [`config`]: the master's settings.
+//! - [`failpoints`]: fault injection, in builds for the tests only.
 
 pub mod api;
 pub mod config;
 pub mod events;
+pub mod failpoints;
 pub mod model;
 pub mod placement;
 pub mod reconcile;
@@ -84,11 +86,8 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     let store = store::Store::connect(&config.database_url).await?;
     tracing::info!(backend = ?store.backend(), "task store ready");
     let redis = Arc::new(
-        trainyard_proto::redis_link::RedisLink::new(
-            &config.redis_url,
-            std::time::Duration::from_secs(2),
-        )
-        .map_err(MasterError::RedisUrl)?,
+        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, config.timers.redis_timeout)
+            .map_err(MasterError::RedisUrl)?,
     );
     let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
     let events = events::Events::new(16 * 1024);
@@ -162,6 +161,9 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         handle.clone(),
         until_stopped(),
     ));
+    let redis_probe =
+        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
+            .map_err(MasterError::RedisUrl)?;
     let app = api::router(api::AppState {
         store,
         placement: handle.placement(),
@@ -169,6 +171,8 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         events,
         api_token: config.api_token.clone().into(),
         default_max_attempts: config.default_max_attempts,
+        redis_probe: Arc::new(redis_probe),
+        sweep_interval: config.timers.sweep_interval,
     });
     let api_stopped = until_stopped();
     tasks.spawn(async move {

@@ -63,6 +63,10 @@ pub struct Timers {
     /// How long an unacknowledged report stays in Redis at most.
     #[serde(with = "humantime_serde")]
     pub report_retention: Duration,
+    /// How long a Redis request (or connecting) may take before it counts as
+    /// failed, on master and hosts alike.
+    #[serde(with = "humantime_serde")]
+    pub redis_timeout: Duration,
 }
 
 impl Default for Timers {
@@ -83,6 +87,7 @@ impl Default for Timers {
             report_resend_interval: Duration::from_secs(5),
             fence_ttl: Duration::from_secs(24 * 3600),
             report_retention: Duration::from_secs(7 * 24 * 3600),
+            redis_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -113,6 +118,9 @@ impl Timers {
         let fail = |m: &str| Err(InvalidTimers(m.to_string()));
         if self.heartbeat_interval.is_zero() || self.sweep_interval.is_zero() {
             return fail("heartbeat_interval and sweep_interval must be positive");
+        }
+        if self.redis_timeout.is_zero() {
+            return fail("redis_timeout must be positive");
         }
         if self.lease_ttl < self.heartbeat_interval * 2 {
             return fail("lease_ttl must be at least twice heartbeat_interval, or one lost heartbeat loses the lease");

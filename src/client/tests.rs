@@ -277,3 +277,20 @@ fn urls_the_client_cannot_use_are_refused_up_front() {
         "{junk}"
     );
 }
+
+#[tokio::test]
+async fn a_degraded_master_still_gives_its_health_report() {
+    let server = serve(|_| {
+        Reply::Json(
+            503,
+            r#"{"status": "degraded", "redis": "unreachable"}"#.into(),
+        )
+    })
+    .await;
+    let client = ApiClient::new(&server.url, None).unwrap();
+
+    let (ok, report) = client.probe("v1/health").await.unwrap();
+    assert!(!ok);
+    assert_eq!(report["redis"], "unreachable");
+    assert_eq!(client.health().await.unwrap()["status"], "degraded");
+}

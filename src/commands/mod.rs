@@ -7,6 +7,7 @@
 //! live event stream (for `watch` and `submit --wait`).
 
 pub mod cancel;
+pub mod config;
 pub mod follow;
 pub mod format;
 pub mod hosts;

@@ -1,7 +1,8 @@
 //! Real services for trainyard's tests, never mocks.
 //!
 //! - [`RedisServer`]: a private `redis-server` on a free loopback port, which
-//!   a test may kill, restart, or restart with its data lost.
+//!   a test may kill, restart, or restart with its data lost (the same code
+//!   as `trainyard demo`'s private Redis).
 //! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
 //! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
 //!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`; a test that
@@ -10,100 +11,19 @@
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
 use rand::Rng;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("cannot bind a loopback port")
-}
+// The demo's private Redis is product code (the `trainyard` crate's
+// `redis_server` module); the same file is compiled here, so that the
+// master's and host's tests need not build the whole `trainyard` crate.
+#[path = "../../src/redis_server.rs"]
+mod redis_server;
+
+pub use redis_server::{free_port, wait_for_port, RedisServer, RedisServerError};
 
 /// A key prefix no other test uses, e.g. `t4f2a91:`.
 pub fn unique_prefix() -> String {
     format!("t{:08x}:", rand::rng().random::<u32>())
-}
-
-/// A `redis-server` of the test's own, on a free port, without persistence.
-pub struct RedisServer {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl RedisServer {
-    /// Starts a server and waits until it answers. Panics with the Debian
-    /// package to install when `redis-server` is missing.
-    pub fn start() -> Self {
-        let mut server = Self {
-            port: free_port(),
-            dir: tempfile::tempdir().expect("temp dir"),
-            child: None,
-        };
-        server.spawn();
-        server
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}): install the Debian package `redis-server`, \
-                     or set TRAINYARD_TEST_REDIS_URL to a Redis the tests may use"
-                )
-            });
-        self.child = Some(child);
-        wait_for_port(self.port, Duration::from_secs(10)).unwrap_or_else(|| {
-            panic!(
-                "redis-server did not listen on port {} within 10 s",
-                self.port
-            )
-        });
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    /// Kills the server with SIGKILL; its data is gone.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port, empty.
-    pub fn restart_empty(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// The server's process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Redis for a test that does not need to restart it: the shared server of
@@ -117,18 +37,6 @@ pub fn redis_url() -> (String, Option<RedisServer>) {
             (server.url(), Some(server))
         }
     }
-}
-
-/// Waits until something accepts TCP connections on the loopback port.
-pub fn wait_for_port(port: u16, timeout: Duration) -> Option<()> {
-    let until = Instant::now() + timeout;
-    while Instant::now() < until {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
 }
 
 /// An empty database for one test, dropped with it.
@@ -263,6 +171,7 @@ impl Drop for Database {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn database_urls_swap_only_the_database_name() {

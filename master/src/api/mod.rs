@@ -11,11 +11,14 @@
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
 //! | GET | `/v1/hosts` | hosts and what they run |
 //! | GET | `/v1/events[?task=ID]` | server-sent events of task changes |
-//! | GET | `/v1/health` | database, Redis and scheduler state |
+//! | GET | `/v1/health` | database, Redis and scheduler state; 503 when degraded |
+//! | GET | `/v1/health/live` | liveness: the scheduler loop runs |
+//! | GET | `/v1/health/ready` | readiness: database and Redis reachable, reconciled |
 
 mod auth;
 mod error;
 mod events;
+pub mod health;
 mod hosts;
 mod tasks;
 
@@ -25,10 +28,12 @@ pub use tasks::{SubmitBatch, SubmitTask};
 use crate::events::Events;
 use crate::scheduler::SchedulerHandle;
 use crate::store::Store;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
 use std::sync::Arc;
+use std::time::Duration;
+use trainyard_proto::redis_link::RedisLink;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -40,6 +45,11 @@ pub struct AppState {
     pub events: Events,
     pub api_token: Arc<str>,
     pub default_max_attempts: u32,
+    /// The health probes' own Redis connection: a probe never queues behind
+    /// the scheduler's requests.
+    pub redis_probe: Arc<RedisLink>,
+    /// How often the scheduler finishes a turn at the least (liveness).
+    pub sweep_interval: Duration,
 }
 
 /// The router with every endpoint.
@@ -63,7 +73,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}", get(tasks::show))
         .route("/v1/hosts", get(hosts::list))
         .route("/v1/events", get(events::stream))
-        .route("/v1/health", get(health))
+        .route("/v1/health", get(health::health))
+        .route("/v1/health/live", get(health::live))
+        .route("/v1/health/ready", get(health::ready))
         .merge(mutating)
         .fallback(|| async {
             ApiError::not_found(
@@ -71,23 +83,4 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .with_state(state)
-}
-
-async fn health(State(app): State<AppState>) -> Json<serde_json::Value> {
-    let counts = app.store.status_counts().await;
-    let overview = app.scheduler.overview().await.ok();
-    let database_ok = counts.is_ok();
-    let redis_ok = overview.as_ref().is_some_and(|o| o.redis_ok);
-    let status = if database_ok && redis_ok && overview.is_some() {
-        "ok"
-    } else {
-        "degraded"
-    };
-    Json(serde_json::json!({
-        "status": status,
-        "database": match &counts { Ok(_) => "ok".to_string(), Err(e) => e.to_string() },
-        "redis": if redis_ok { "ok" } else { "unreachable" },
-        "scheduler": overview,
-        "tasks": counts.ok(),
-    }))
 }

@@ -9,11 +9,15 @@
 //! load a turn carries thousands of commands, so the database sees a few large
 //! transactions instead of many small ones.
 //!
+//! At the end of every turn it publishes a [`Snapshot`] (counters and
+//! connected hosts) that the API reads without waiting on it.
+//!
 //! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
-//! [`cycle`] (one turn's effects), `hosts` (admission, sessions and their
-//! messages), `reports` (recording an attempt's end), [`plan`] (which task
-//! goes where, pure), `dispatch` (turning the plan into writes),
-//! `recover` (the sweep and start-up reconciliation).
+//! [`cycle`] (one turn's effects), [`snapshot`] (what the API reads),
+//! `hosts` (admission, sessions and their messages), `reports` (recording
+//! an attempt's end), [`plan`] (which task goes where, pure), `dispatch`
+//! (turning the plan into writes), `recover` (the sweep and start-up
+//! reconciliation).
 
 pub mod cycle;
 mod dispatch;
@@ -22,9 +26,11 @@ pub mod plan;
 pub mod queue;
 mod recover;
 mod reports;
+pub mod snapshot;
 pub mod state;
 
 pub use recover::{ReconcileStats, SweepStats};
+pub use snapshot::{Snapshot, SnapshotReader};
 
 use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
@@ -73,12 +79,6 @@ pub enum Command {
         host: HostId,
         session: SessionId,
         message: HostMessage,
-    },
-    Hosts {
-        reply: oneshot::Sender<Vec<HostSnapshot>>,
-    },
-    Overview {
-        reply: oneshot::Sender<Overview>,
     },
 }
 
@@ -155,7 +155,7 @@ pub struct RunningSnapshot {
 }
 
 /// Scheduler counters for health and metrics.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Overview {
     pub queued: usize,
     pub live: usize,
@@ -184,6 +184,7 @@ pub struct SchedulerGone;
 pub struct SchedulerHandle {
     tx: mpsc::Sender<Command>,
     placement: watch::Receiver<Arc<placement::Snapshot>>,
+    snapshots: SnapshotReader,
 }
 
 impl SchedulerHandle {
@@ -206,10 +207,9 @@ impl SchedulerHandle {
         rx.await.map_err(|_| SchedulerGone)
     }
 
+    /// The connected hosts as of the scheduler's last turn; never waits on it.
     pub async fn hosts(&self) -> Result<Vec<HostSnapshot>, SchedulerGone> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Hosts { reply }).await?;
-        rx.await.map_err(|_| SchedulerGone)
+        Ok(self.snapshot()?.hosts_now())
     }
 
     /// What the API reads to explain why a task waits.
@@ -217,10 +217,14 @@ impl SchedulerHandle {
         self.placement.clone()
     }
 
+    /// The counters as of the scheduler's last turn; never waits on it.
     pub async fn overview(&self) -> Result<Overview, SchedulerGone> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Overview { reply }).await?;
-        rx.await.map_err(|_| SchedulerGone)
+        Ok(self.snapshot()?.overview_now())
+    }
+
+    /// The scheduler's last published snapshot.
+    pub fn snapshot(&self) -> Result<Arc<Snapshot>, SchedulerGone> {
+        self.snapshots.latest().ok_or(SchedulerGone)
     }
 }
 
@@ -268,6 +272,8 @@ pub struct Scheduler {
     /// The connected hosts after the latest turn, for the API to explain
     /// why a task waits without asking the scheduler.
     placement: watch::Sender<Arc<placement::Snapshot>>,
+    /// Where the end of each turn is shown to the API.
+    publisher: snapshot::Publisher,
 }
 
 impl Scheduler {
@@ -281,6 +287,11 @@ impl Scheduler {
         config: SchedulerConfig,
     ) -> Result<(Scheduler, SchedulerHandle), crate::store::StoreError> {
         let (tx, rx) = mpsc::channel(config.max_batch.max(64) * 4);
+        let (publisher, snapshots) = snapshot::channel(Snapshot {
+            published: Instant::now(),
+            overview: Overview::default(),
+            hosts: vec![],
+        });
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
         for host in store.hosts().await? {
@@ -317,6 +328,7 @@ impl Scheduler {
             turns: 0,
             resync: false,
             placement: watch::Sender::new(Arc::default()),
+            publisher,
         };
         tracing::info!(
             queued = scheduler.state.queue.len(),
@@ -324,8 +336,16 @@ impl Scheduler {
             "task state loaded"
         );
         scheduler.reconcile().await;
+        scheduler.publish();
         let placement = scheduler.placement.subscribe();
-        Ok((scheduler, SchedulerHandle { tx, placement }))
+        Ok((
+            scheduler,
+            SchedulerHandle {
+                tx,
+                placement,
+                snapshots,
+            },
+        ))
     }
 
     /// Runs turns until `shutdown` resolves or every handle is gone.
@@ -364,6 +384,7 @@ impl Scheduler {
             self.plan_dispatches(&mut cycle);
             let inserted = !cycle.inserts.is_empty();
             self.commit(cycle).await;
+            self.publish();
             // New tasks enter the queue at commit; dispatch them next turn
             // without waiting for another command.
             more_work = inserted && self.dispatch_possible();
@@ -392,24 +413,31 @@ impl Scheduler {
                 session,
                 message,
             } => self.message(&host, session, message, cycle),
-            Command::Hosts { reply } => {
-                let _ = reply.send(self.host_snapshots());
-            }
-            Command::Overview { reply } => {
-                let _ = reply.send(Overview {
-                    queued: self.state.queue.len(),
-                    live: self.state.live.len(),
-                    hosts: self.state.hosts.len(),
-                    free_slots: self.state.hosts.values().map(|h| h.free_slots()).sum(),
-                    redis_ok: self.redis_ok,
-                    last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
-                    turns: self.turns,
-                    sweeps: self.costs.sweeps,
-                    last_sweep: self.costs.last,
-                    slowest_sweep: self.costs.slowest,
-                    reconcile: self.costs.reconcile,
-                });
-            }
+        }
+    }
+
+    /// Shows the API the state as of now.
+    fn publish(&self) {
+        self.publisher.publish(Snapshot {
+            published: Instant::now(),
+            overview: self.overview(),
+            hosts: self.host_snapshots(),
+        });
+    }
+
+    fn overview(&self) -> Overview {
+        Overview {
+            queued: self.state.queue.len(),
+            live: self.state.live.len(),
+            hosts: self.state.hosts.len(),
+            free_slots: self.state.hosts.values().map(|h| h.free_slots()).sum(),
+            redis_ok: self.redis_ok,
+            last_sweep_ms_ago: self.last_sweep.map(|t| t.elapsed().as_millis() as u64),
+            turns: self.turns,
+            sweeps: self.costs.sweeps,
+            last_sweep: self.costs.last,
+            slowest_sweep: self.costs.slowest,
+            reconcile: self.costs.reconcile,
         }
     }
 
@@ -603,8 +631,9 @@ impl Scheduler {
             }
             let _ = submit.reply.send(Ok(mine));
         }
+        // Tests crash here: the dispatch is recorded, the host never hears of it.
+        #[cfg(feature = "failpoints")]
         if !cycle.dispatches.is_empty() {
-            // Tests crash here: the dispatch is recorded, the host never hears of it.
             fail::fail_point!("master-crash-after-dispatch-commit", |_| {
                 tracing::error!("fail point: crashing after committing a dispatch");
                 std::process::exit(86)
@@ -714,24 +743,24 @@ impl Scheduler {
         }
     }
 
+    /// Runs every turn: one pass over the live tasks, one over the hosts.
     fn host_snapshots(&self) -> Vec<HostSnapshot> {
+        let mut by_host: std::collections::HashMap<&HostId, Vec<RunningSnapshot>> =
+            std::collections::HashMap::new();
+        for (task, l) in &self.state.live {
+            by_host.entry(&l.host).or_default().push(RunningSnapshot {
+                task: *task,
+                attempt: l.attempt,
+                status: l.status,
+                slot: l.slot,
+            });
+        }
         let mut hosts: Vec<HostSnapshot> = self
             .state
             .hosts
             .iter()
             .map(|(id, h)| {
-                let mut running: Vec<RunningSnapshot> = self
-                    .state
-                    .live
-                    .iter()
-                    .filter(|(_, l)| &l.host == id)
-                    .map(|(task, l)| RunningSnapshot {
-                        task: *task,
-                        attempt: l.attempt,
-                        status: l.status,
-                        slot: l.slot,
-                    })
-                    .collect();
+                let mut running = by_host.remove(id).unwrap_or_default();
                 running.sort_by_key(|r| r.task);
                 let free = h.free();
                 HostSnapshot {

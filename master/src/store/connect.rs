@@ -154,7 +154,7 @@ fn prepare_sqlite(url: &str) -> Result<String> {
 }
 
 /// The URL with any password replaced by `***`, fit for logs and errors.
-pub(super) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let mut shown = url.to_string();
     if let Some(start) = shown.find("://").map(|i| i + 3) {
         let authority_end = shown[start..]

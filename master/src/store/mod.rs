@@ -31,6 +31,8 @@ mod values;
 mod tests;
 
 pub use batch::{Batch, BatchResult, Next, Write};
+/// A database or Redis URL with its password replaced by `***`.
+pub use connect::redact as redact_url;
 pub use lock::{LockError, MasterLock};
 pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
 
@@ -117,6 +119,15 @@ impl Store {
     /// Closes every connection; later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// Whether the database answers a trivial query.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(StoreError::db("reach the database"))
     }
 
     /// Runs the whole batch in one transaction: the inserts first (their ids

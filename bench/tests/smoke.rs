@@ -7,7 +7,8 @@ use std::process::Command;
 
 #[test]
 fn every_benchmark_runs_at_smoke_size() {
-    let root = env!("CARGO_MANIFEST_DIR");
+    // The workspace root: `adapters/dist` and `target/` are found from there.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let output = Command::new(env!("CARGO_BIN_EXE_trainyard-bench"))
         .args(["all", "--smoke"])
         .current_dir(root)

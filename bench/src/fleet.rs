@@ -4,10 +4,10 @@
 //! runtime (one engine and instance pool), which is what a host process with
 //! many slots would do too.
 
-use crate::cluster::Cluster;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use trainyard::cluster::Cluster;
 use trainyard_host::config::{AdapterConfig, HostConfig};
 use trainyard_host::connection::{AttemptObserver, ConnectionEvent};
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
@@ -35,7 +35,7 @@ impl Fleet {
     /// Starts `spec.count` hosts against the cluster's master and Redis.
     pub async fn start(cluster: &Cluster, spec: &FleetSpec) -> anyhow::Result<Self> {
         let settings = &cluster.settings;
-        let secret = crate::secrets::cluster_secret(&settings.cluster, false)?;
+        let secret = trainyard::secrets::cluster_secret(&settings.cluster, false)?;
         let runtime = AdapterRuntime::new(RuntimeConfig {
             max_instances: (spec.count as u32 * spec.slots + 8).min(10_000),
             cache_dir: Some(cluster.dir.join("cache")),

@@ -10,10 +10,10 @@ use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::probe::Sampler;
 use super::report::{mib, quantile, Row};
-use crate::client::ApiClient;
 use anyhow::{bail, Context};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use trainyard::client::ApiClient;
 use trainyard_master::model::TaskStatus;
 
 pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {

@@ -20,12 +20,12 @@ use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::report::{human, median_p99, Row};
 use super::Backends;
-use crate::client::ApiClient;
 use anyhow::{bail, Context};
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+use trainyard::client::ApiClient;
 use trainyard_master::model::{Task, TaskStatus};
 
 /// Tasks per submission in the saturation phase.

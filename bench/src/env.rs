@@ -2,9 +2,9 @@
 //! databases. Each benchmark gets its own private `redis-server` and its own
 //! empty database, so no benchmark sees another's keys or rows.
 
-use crate::cluster::{Binaries, Cluster};
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
+use trainyard::cluster::{Binaries, Cluster};
 use trainyard_testkit::{Database, RedisServer};
 
 /// The run's shared facts.

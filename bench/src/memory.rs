@@ -23,7 +23,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let mut stage = env.stage("memory", "sqlite").await?;
     let c = &mut stage.cluster;
     c.settings.host.slots = busy_slots as u32;
-    c.settings.host.adapters = vec![crate::settings::AdapterEntry {
+    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry {
         path: env.adapter("python-trainer"),
         programs: vec!["python3".into()],
     }];

@@ -17,13 +17,13 @@
 
 use super::env::BenchEnv;
 use super::report::{median_p99, Row};
-use crate::client::ApiClient;
-use crate::cluster::fast_timers;
-use crate::cluster::Process;
 use anyhow::{bail, Context};
 use redis::AsyncCommands;
 use serde_json::json;
 use std::time::{Duration, Instant};
+use trainyard::client::ApiClient;
+use trainyard::cluster::fast_timers;
+use trainyard::cluster::Process;
 use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::{now_ms, Timers};
 
@@ -61,7 +61,7 @@ async fn timers_run(
     let c = &mut stage.cluster;
     c.settings.timers = timers.clone();
     c.settings.host.slots = 1;
-    c.settings.host.adapters = vec![crate::settings::AdapterEntry {
+    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry {
         path: env.adapter("python-trainer"),
         programs: vec!["python3".into()],
     }];

@@ -95,7 +95,7 @@ pub struct Args {
 /// Runs the chosen benchmarks and prints their table.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // A thousand light hosts need two sockets each; the master inherits it.
-    crate::roles::raise_open_file_limit();
+    trainyard::roles::raise_open_file_limit();
     let env = env::BenchEnv::new(args.smoke)?;
     let all = args.bench == Bench::All;
     let wants = |b: Bench| all || args.bench == b;

@@ -19,9 +19,9 @@
 use super::env::BenchEnv;
 use super::report::{human, median_p99, Row};
 use super::Backends;
-use crate::client::ApiClient;
 use anyhow::{bail, ensure, Context};
 use std::time::{Duration, Instant};
+use trainyard::client::ApiClient;
 use trainyard_master::model::NewTask;
 use trainyard_master::scheduler::{ReconcileStats, SweepStats};
 use trainyard_master::store::{Batch, Store, Write};

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds without the tests (`cargo build`, `cargo build --release --bins`)
+# must carry no test machinery: no fail points anywhere, and no test kit in
+# the product crates. `cargo tree` without dev-dependency edges resolves
+# features as such a build does (dev-dependencies, which turn the fail
+# points on for the tests, are left out).
+set -euo pipefail
+CARGO=${CARGO:-cargo}
+
+workspace=$("$CARGO" tree --workspace -e normal,build,features --prefix none)
+if grep -E '^fail ' <<<"$workspace" | grep -q .; then
+    echo "error: a build without the tests would compile the fail crate (fail points):" >&2
+    "$CARGO" tree --workspace -e normal,build,features -i fail >&2
+    exit 1
+fi
+
+product=$("$CARGO" tree -p trainyard -p trainyard-master -p trainyard-host -p trainyard-proto \
+    -e normal,build --prefix none)
+if grep -q '^trainyard-testkit ' <<<"$product"; then
+    echo "error: trainyard-testkit is a dependency of a product crate; make it a dev-dependency" >&2
+    exit 1
+fi
+echo "no test machinery in builds without the tests (fail points, trainyard-testkit)"

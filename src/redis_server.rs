@@ -1,0 +1,133 @@
+//! A private `redis-server` on a free loopback port, without persistence,
+//! stopped when dropped: what `trainyard demo` runs on when no Redis is
+//! configured. The tests use the same one (through `trainyard-testkit`,
+//! which includes this file), and may kill it, or restart it empty.
+//!
+//! Depends on `std` and `tempfile` only, so that it compiles in both crates.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a fresh server may take to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("cannot bind a loopback port")
+}
+
+/// Waits until something accepts TCP connections on the loopback port.
+pub fn wait_for_port(port: u16, timeout: Duration) -> Option<()> {
+    let until = Instant::now() + timeout;
+    while Instant::now() < until {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Why a private server could not be started.
+#[derive(Debug)]
+pub enum RedisServerError {
+    /// `redis-server` could not be run at all.
+    Spawn(std::io::Error),
+    /// It ran but did not listen in time.
+    NotListening { port: u16 },
+}
+
+impl std::fmt::Display for RedisServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisServerError::Spawn(e) => write!(
+                f,
+                "cannot start redis-server ({e}): install the Debian package `redis-server`"
+            ),
+            RedisServerError::NotListening { port } => write!(
+                f,
+                "redis-server did not listen on port {port} within {START_TIMEOUT:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedisServerError {}
+
+/// A `redis-server` of one's own, on a free port, without persistence.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers.
+    pub fn try_start() -> Result<Self, RedisServerError> {
+        let mut server = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().map_err(RedisServerError::Spawn)?,
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// [`RedisServer::try_start`] for tests: panics with what to install.
+    pub fn start() -> Self {
+        Self::try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn spawn(&mut self) -> Result<(), RedisServerError> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(RedisServerError::Spawn)?;
+        self.child = Some(child);
+        wait_for_port(self.port, START_TIMEOUT)
+            .ok_or(RedisServerError::NotListening { port: self.port })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server with SIGKILL; its data is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty. Panics if it does
+    /// not come back (a test's Redis).
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        self.spawn().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

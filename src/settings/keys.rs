@@ -1,0 +1,167 @@
+//! The catalogue of configuration keys, read off the defaults: which dotted
+//! paths exist and what kind of value each holds. The environment layer and
+//! `--set` use it to refuse unknown keys by name and to read a raw text
+//! value the way its key needs (a list in brackets, a number, a string as it
+//! is written).
+
+use super::Settings;
+use figment::value::Value;
+use serde_json::Value as Json;
+
+/// Keys whose value is a map with free string keys and string values. Every
+/// other object in the defaults is a section with fixed keys (a unit test
+/// holds the two in step).
+pub(super) const STRING_MAPS: [&str; 1] = ["host.trainer_env"];
+
+/// What a dotted path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeyKind {
+    /// A string, path or duration (`"30s"`): taken as written.
+    Text,
+    /// A number or a boolean.
+    Scalar,
+    /// A list: `[a, b]`.
+    List,
+    /// A map of strings: `{NAME="value"}` as a whole.
+    Map,
+    /// One entry of a map of strings.
+    MapEntry,
+    /// A section such as `master`: not a value.
+    Section,
+}
+
+/// Why a path is not a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct NoSuchKey(pub String);
+
+/// The kind of value at `path` (segments, already lower-cased except a map
+/// entry's name), or why there is none.
+pub(super) fn kind_of(path: &[String]) -> Result<KeyKind, NoSuchKey> {
+    let defaults = serde_json::to_value(Settings::default()).expect("settings serialize");
+    let no_such = || NoSuchKey(path.join("."));
+    let mut node = &defaults;
+    for (depth, segment) in path.iter().enumerate() {
+        let here = path[..depth].join(".");
+        if STRING_MAPS.contains(&here.as_str()) {
+            // Only one level below a map: `host.trainer_env.NAME`.
+            return if depth + 1 == path.len() {
+                Ok(KeyKind::MapEntry)
+            } else {
+                Err(no_such())
+            };
+        }
+        node = node
+            .as_object()
+            .and_then(|o| o.get(segment))
+            .ok_or_else(no_such)?;
+    }
+    if path.is_empty() {
+        return Err(no_such());
+    }
+    Ok(match node {
+        Json::Null | Json::String(_) => KeyKind::Text,
+        Json::Bool(_) | Json::Number(_) => KeyKind::Scalar,
+        Json::Array(_) => KeyKind::List,
+        Json::Object(_) if STRING_MAPS.contains(&path.join(".").as_str()) => KeyKind::Map,
+        Json::Object(_) => KeyKind::Section,
+    })
+}
+
+/// Reads `raw` as a value of `kind`; the error says how it should be
+/// written.
+pub(super) fn parse(kind: KeyKind, raw: &str) -> Result<Value, String> {
+    match kind {
+        KeyKind::Text | KeyKind::MapEntry => Ok(Value::from(raw.to_string())),
+        KeyKind::Scalar => Ok(raw.trim().parse().expect("infallible")),
+        KeyKind::List if !raw.trim_start().starts_with('[') => Err(format!(
+            "a list is written in brackets, items separated by commas: [a, b] \
+             (quote an item that holds a comma or a bracket: [\"a,b\"]); got {raw:?}"
+        )),
+        KeyKind::Map if !raw.trim_start().starts_with('{') => Err(format!(
+            "a map is written in braces: {{NAME=\"value\", OTHER=\"value\"}}; got {raw:?}"
+        )),
+        KeyKind::List | KeyKind::Map => Ok(raw.trim().parse().expect("infallible")),
+        KeyKind::Section => Err("this is a section: set its keys one by one".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(p: &str) -> Vec<String> {
+        p.split('.').map(str::to_string).collect()
+    }
+
+    #[test]
+    fn every_key_of_the_defaults_has_its_kind() {
+        assert_eq!(kind_of(&path("redis_url")), Ok(KeyKind::Text));
+        assert_eq!(kind_of(&path("master.api_listen")), Ok(KeyKind::Text));
+        assert_eq!(kind_of(&path("timers.lease_ttl")), Ok(KeyKind::Text));
+        assert_eq!(kind_of(&path("host.slots")), Ok(KeyKind::Scalar));
+        assert_eq!(kind_of(&path("host.keep_workspaces")), Ok(KeyKind::Scalar));
+        assert_eq!(kind_of(&path("master.known_adapters")), Ok(KeyKind::List));
+        assert_eq!(kind_of(&path("host.adapters")), Ok(KeyKind::List));
+        assert_eq!(kind_of(&path("cluster.secret")), Ok(KeyKind::Text));
+        assert_eq!(kind_of(&path("host.trainer_env")), Ok(KeyKind::Map));
+        assert_eq!(
+            kind_of(&path("host.trainer_env.OMP_NUM_THREADS")),
+            Ok(KeyKind::MapEntry)
+        );
+        assert_eq!(kind_of(&path("master")), Ok(KeyKind::Section));
+        assert_eq!(
+            kind_of(&path("master.api_listn")),
+            Err(NoSuchKey("master.api_listn".into()))
+        );
+        assert!(kind_of(&path("host.trainer_env.A.B")).is_err());
+        assert!(kind_of(&path("redis_url.x")).is_err());
+    }
+
+    #[test]
+    fn the_only_free_form_objects_are_the_string_maps() {
+        fn walk(node: &Json, at: String, found: &mut Vec<String>) {
+            if let Json::Object(o) = node {
+                if o.is_empty() {
+                    found.push(at);
+                    return;
+                }
+                for (k, v) in o {
+                    let next = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    walk(v, next, found);
+                }
+            }
+        }
+        let mut empty = vec![];
+        walk(
+            &serde_json::to_value(Settings::default()).unwrap(),
+            String::new(),
+            &mut empty,
+        );
+        assert_eq!(empty, STRING_MAPS.map(str::to_string).to_vec());
+    }
+
+    #[test]
+    fn values_are_read_as_their_key_needs() {
+        assert_eq!(
+            parse(KeyKind::Text, "0042").unwrap(),
+            Value::from("0042".to_string())
+        );
+        assert_eq!(parse(KeyKind::Scalar, "3").unwrap(), Value::from(3usize));
+        assert_eq!(parse(KeyKind::Scalar, "true").unwrap(), Value::from(true));
+        let list = parse(KeyKind::List, "[python-trainer, \"a,b\"]").unwrap();
+        assert_eq!(
+            list,
+            Value::from(vec![
+                Value::from("python-trainer".to_string()),
+                Value::from("a,b".to_string())
+            ])
+        );
+        let err = parse(KeyKind::List, "python-trainer,noop").unwrap_err();
+        assert!(err.contains("brackets"), "{err}");
+        assert!(parse(KeyKind::Map, "A=1").unwrap_err().contains("braces"));
+    }
+}
