@@ -76,6 +76,39 @@ async fn a_task_survives_a_master_restart_on_postgres() {
     a_task_survives_a_master_restart("postgres").await;
 }
 
+/// A master that stalls (a slow database commit, a loaded machine) for less
+/// than what a lease survives costs running attempts nothing: the hosts hear
+/// from it again in time. The test clusters' timers leave a loaded machine
+/// that slack; the fast timers' 2 s lease did not, and a stall like this one
+/// lost the attempt.
+#[tokio::test]
+async fn a_master_stalled_for_two_seconds_costs_a_running_attempt_nothing() {
+    let _serial = serial();
+    let mut c = TestCluster::start(Setup::new("postgres"), 1).await;
+    let id = c
+        .submit(json!({"adapter": "test-trainer", "params": {"episodes": 600, "step_delay_ms": 10, "trace_file": "trace.jsonl"}}))
+        .await;
+    c.wait_for(id, LONG, "progress", |d| {
+        d.task.status == TaskStatus::Running && d.task.progress.is_some()
+    })
+    .await;
+    // The stall itself is the scenario: a frozen process, not a wait.
+    c.master().pause();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.master().resume();
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert_eq!(
+        done.attempts.len(),
+        1,
+        "the stall cost an attempt: {:#?}\n{}",
+        done.attempts,
+        c.all_logs()
+    );
+    let events = read_trace(&c.trace("trace.jsonl"));
+    assert_eq!(trainer_pids(&events, 1).len(), 1, "one trainer ran");
+    assert!(traced(&events, 1, "end"));
+}
+
 // 2. The original's testTaskRequeuedWhenDispatchInterrupted: the master dies
 // after recording the dispatch and before the host receives it.
 async fn an_interrupted_dispatch_is_run_after_the_restart(backend: &'static str) {
