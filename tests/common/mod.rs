@@ -1,6 +1,6 @@
 //! Shared harness of the multi-process tests: a private Redis, a fresh
 //! database (SQLite or PostgreSQL), a real master and real hosts started from
-//! the built binaries, fast timers, and helpers that wait for what a user
+//! the built binaries, fast timers ([`test_timers`]), and helpers that wait for what a user
 //! would look at (task status in the API, keys in Redis, processes gone).
 //!
 //! Tasks that need test hooks (a trace file, a simulated failure) run on the
@@ -21,9 +21,10 @@ use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::Timers;
 use trainyard_testkit::{Database, RedisServer};
 
-/// The timers of the test clusters: the demo's fast timers (leases renewed
-/// five times a second, a sweep four times a second), with enough slack that
-/// a loaded two-core machine cannot make a test lose a lease it should keep.
+/// The timers of the test clusters: the fast timers of the recovery
+/// benchmark (leases renewed five times a second, a sweep four times a
+/// second), with slack enough that a loaded two-core machine does not make a
+/// test lose a lease it should keep.
 ///
 /// A lease survives a stall of its host, of Redis or of the master (whose
 /// heartbeat answer waits for its database commit) of up to `lease_ttl -
