@@ -1,7 +1,7 @@
 //! The whole path, for real: a task submitted over HTTP, dispatched over TCP
 //! to a host, run by the python-trainer adapter (WebAssembly) launching the
 //! Python Q-learning trainer, its lease in Redis, its result in SQLite and in
-//! PostgreSQL.
+//! PostgreSQL. The tests run one at a time (`serial()`).
 
 // `serial()` holds a std mutex across each whole test on purpose: the
 // multi-process tests take the machine's ports and CPU one at a time.
@@ -9,19 +9,19 @@
 
 mod common;
 
-use common::{read_trace, Setup, TestCluster};
+use common::{read_trace, serial, traced, Setup, TestCluster};
 use redis::AsyncCommands;
 use serde_json::json;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use trainyard_master::model::{AttemptOutcome, TaskStatus};
 
 async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
+    let _serial = serial();
     let c = TestCluster::start(Setup::new(backend), 1).await;
-    let trace = c.cluster.dir.join("trace.jsonl");
     let id = c
         .submit(json!({
             "adapter": "python-trainer",
-            "params": {"episodes": 200, "seed": 3, "checkpoint_every": 50, "step_delay_ms": 5, "trace_file": trace},
+            "params": {"episodes": 200, "seed": 3, "checkpoint_every": 50, "step_delay_ms": 5},
         }))
         .await;
 
@@ -37,9 +37,6 @@ async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
     let worker: Option<String> = redis.get("worker:host-1/0:task").await.unwrap();
     assert_eq!(owner.as_deref(), Some("host-1/0@1"));
     assert_eq!(worker, Some(format!("{id}@1")));
-    assert!(read_trace(&trace)
-        .iter()
-        .any(|(a, e, _)| *a == 1 && e == "start"));
 
     let done = c
         .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(120))
@@ -64,16 +61,26 @@ async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
         "the trainer's checkpoints reached the master"
     );
 
-    // After the report both lease keys are gone, and so is the stored report.
+    // After the report both lease keys are gone (the host cleared them in the
+    // step that stored the report), and the stored report is removed once the
+    // master has recorded it.
     let owner: Option<String> = redis.get(format!("task:{id}:workerId")).await.unwrap();
     let worker: Option<String> = redis.get("worker:host-1/0:task").await.unwrap();
     assert_eq!((owner, worker), (None, None));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
-    assert!(
-        pending.is_empty(),
-        "recorded reports are removed from Redis: {pending:?}"
-    );
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pending: Vec<String> = redis.smembers("reports:pending").await.unwrap();
+        let stored: bool = redis.exists(format!("task:{id}:report:1")).await.unwrap();
+        if pending.is_empty() && !stored {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the recorded report is still in Redis: pending {pending:?}, report stored: {stored}\n{}",
+            c.all_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -88,6 +95,7 @@ async fn a_training_task_completes_with_its_metrics_on_postgres() {
 
 #[tokio::test]
 async fn invalid_params_fail_the_task_at_once_with_the_adapters_message() {
+    let _serial = serial();
     let c = TestCluster::start(Setup::new("sqlite"), 1).await;
     let id = c
         .submit(json!({"adapter": "python-trainer", "params": {"learning_rate": 7}}))
@@ -106,6 +114,7 @@ async fn invalid_params_fail_the_task_at_once_with_the_adapters_message() {
 
 #[tokio::test]
 async fn an_unknown_adapter_or_a_malformed_request_is_refused_and_nothing_is_stored() {
+    let _serial = serial();
     let c = TestCluster::start(Setup::new("sqlite"), 1).await;
     let err = c
         .client()
@@ -178,12 +187,12 @@ async fn an_unknown_adapter_or_a_malformed_request_is_refused_and_nothing_is_sto
 }
 
 async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2(backend: &'static str) {
+    let _serial = serial();
     let mut c = TestCluster::start(Setup::new(backend), 1).await;
-    let trace = c.cluster.dir.join("trace.jsonl");
     let id = c
         .submit(json!({
-            "adapter": "python-trainer",
-            "params": {"episodes": 400, "checkpoint_every": 20, "step_delay_ms": 10, "trace_file": trace},
+            "adapter": "test-trainer",
+            "params": {"episodes": 400, "checkpoint_every": 20, "step_delay_ms": 10, "trace_file": "trace.jsonl"},
         }))
         .await;
     c.wait_for(id, Duration::from_secs(60), "a checkpoint", |d| {
@@ -198,8 +207,13 @@ async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2(backend: 
     let done = c
         .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(120))
         .await;
-    assert_eq!(done.task.attempt, 2);
-    assert_eq!(done.task.host.as_deref(), Some("host-2"));
+    assert_eq!(
+        (done.task.attempt, done.task.host.as_deref()),
+        (2, Some("host-2")),
+        "{:#?}\n{}",
+        done.attempts,
+        c.all_logs()
+    );
     assert_eq!(done.attempts[0].outcome, Some(AttemptOutcome::LeaseLost));
     assert_eq!(done.attempts[1].outcome, Some(AttemptOutcome::Completed));
     let resumed = done
@@ -212,7 +226,10 @@ async fn a_host_killed_mid_task_has_it_finished_elsewhere_as_attempt_2(backend: 
         resumed > 0.0,
         "attempt 2 resumed from attempt 1's checkpoint, not from scratch"
     );
-    common::assert_attempts_never_overlapped(&read_trace(&trace));
+    let trace = read_trace(&c.trace("trace.jsonl"));
+    assert!(traced(&trace, 1, "alive") && traced(&trace, 2, "end"));
+    assert!(!traced(&trace, 1, "end"), "attempt 1 never finished");
+    common::assert_attempts_never_overlapped(&trace);
 }
 
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! task with a reason an operator understands (or, for sandbox escapes,
 //! finds nothing to escape to), the host survives, and the same host then
 //! runs a normal task. And trainers: cancelled, over their time limit, or
-//! with a cleared environment.
+//! with a cleared environment. And submitters: no parameter of a shipped
+//! adapter makes a host write outside the task's workspace.
 
 // `serial()` holds a std mutex across each whole test on purpose: the
 // multi-process tests take the machine's ports and CPU one at a time.
@@ -10,7 +11,7 @@
 
 mod common;
 
-use common::{read_trace, serial, Setup, TestCluster};
+use common::{read_trace, serial, traced, trainer_alive, trainer_pids, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::time::Duration;
 use trainyard_master::model::TaskStatus;
@@ -206,13 +207,15 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    // The host's own variables: its share of devices (none asked, none given).
+    // The host's own variables: its share of devices (none asked, none
+    // given), and the trace directory the test cluster names.
     for wanted in [
         "PATH",
         "SET_BY_ADAPTER",
         "SET_BY_OPERATOR",
         "CUDA_VISIBLE_DEVICES",
         "TRAINYARD_GPUS",
+        "TRAINYARD_TRACE_DIR",
     ] {
         assert!(
             names.contains(&wanted),
@@ -221,7 +224,8 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
     }
     // Nothing else of the host's environment: not its secrets, not even HOME.
     // (A pyenv `python3` shim adds PYENV_* and PWD itself, on its way to the
-    // real interpreter.)
+    // real interpreter. The test harness, as operator, names the trace
+    // directory in every trainer's environment.)
     for name in &names {
         let expected = [
             "PATH",
@@ -229,6 +233,7 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
             "SET_BY_OPERATOR",
             "CUDA_VISIBLE_DEVICES",
             "TRAINYARD_GPUS",
+            "TRAINYARD_TRACE_DIR",
             "PWD",
             "SHLVL",
             "_",
@@ -247,30 +252,25 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
 async fn a_cancelled_task_has_its_trainer_stopped_and_ends_cancelled() {
     let _serial = serial();
     let c = TestCluster::start(Setup::new("sqlite"), 1).await;
-    let trace = c.cluster.dir.join("trace.jsonl");
     let id = c
-        .submit(json!({"adapter": "python-trainer", "params": {"episodes": 2000, "step_delay_ms": 10, "trace_file": trace}}))
+        .submit(json!({"adapter": "test-trainer", "params": {"episodes": 2000, "step_delay_ms": 10, "trace_file": "trace.jsonl"}}))
         .await;
     c.wait_for(id, LONG, "progress", |d| d.task.progress.is_some())
         .await;
+    let pids = trainer_pids(&read_trace(&c.trace("trace.jsonl")), 1);
+    assert_eq!(pids.len(), 1, "one trainer process traced its start");
     let answer = c.client().cancel(id).await.unwrap();
     assert_eq!(answer["cancel_requested"], true, "{answer}");
     let done = c.wait_for_status(id, TaskStatus::Cancelled, LONG).await;
     assert_eq!(done.attempts.len(), 1);
-    let last = read_trace(&trace)
-        .iter()
-        .map(|(_, _, t)| *t)
-        .fold(0.0, f64::max);
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let later = read_trace(&trace)
-        .iter()
-        .map(|(_, _, t)| *t)
-        .fold(0.0, f64::max);
-    assert_eq!(
-        last, later,
-        "the trainer kept running after its task was cancelled"
+    // The host reports an attempt only once its trainer has exited.
+    assert!(
+        !trainer_alive(pids[0]),
+        "the trainer (pid {}) still runs although its task is CANCELLED",
+        pids[0]
     );
-    assert!(!read_trace(&trace).iter().any(|(_, e, _)| e == "end"));
+    let trace = read_trace(&c.trace("trace.jsonl"));
+    assert!(traced(&trace, 1, "alive") && !traced(&trace, 1, "end"));
     // Cancelling it again is refused with the reason.
     let err = c.client().cancel(id).await.unwrap_err().to_string();
     assert!(
@@ -290,6 +290,71 @@ async fn a_trainer_over_its_time_limit_is_stopped_and_its_task_fails() {
     let error = done.task.error.unwrap_or_default();
     assert!(error.contains("time limit of 1 s"), "{error}");
     assert_eq!(done.attempts.len(), 1, "a time limit is not retried");
+}
+
+#[tokio::test]
+async fn a_submitter_cannot_make_a_shipped_adapter_write_outside_the_workspace() {
+    let _serial = serial();
+    let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    // A file beside the cluster's own, and one in the machine's /tmp.
+    let beside = c.cluster.dir.join("written-by-a-submitter.log");
+    let tmp = std::env::temp_dir().join(format!(
+        "trainyard-written-by-a-submitter-{}.log",
+        std::process::id()
+    ));
+    let mut refused = vec![];
+    for victim in [&beside, &tmp] {
+        let victim = victim.display().to_string();
+        for params in [
+            json!({"episodes": 5, "trace_file": victim}),
+            json!({"episodes": 5, "fail_at_episode": 1, "trace_file": victim}),
+            json!({"episodes": 5, "fail_at_episode": 1, "fail_until_attempt": 9}),
+            json!({"episodes": 5, "seed": victim}),
+            json!({"episodes": victim}),
+        ] {
+            refused.push(("python-trainer", params));
+        }
+        refused.push(("noop", json!({"spawn": true, "trace_file": victim})));
+        // Not even the test adapter takes a path: a trace file is a name in
+        // the directory its operator chose.
+        refused.push(("test-trainer", json!({"episodes": 5, "trace_file": victim})));
+    }
+    for (adapter, params) in &refused {
+        let id = c
+            .submit(json!({"adapter": adapter, "params": params}))
+            .await;
+        let done = c
+            .wait_for(id, LONG, "a final status", |d| d.task.status.is_terminal())
+            .await;
+        let error = done.task.error.clone().unwrap_or_default();
+        assert_eq!(
+            (done.task.status, done.attempts.len()),
+            (TaskStatus::Failed, 1),
+            "{adapter} {params}: failed at once, not retried: {error}"
+        );
+        assert!(
+            error.contains("invalid params"),
+            "{adapter} {params}: {error}"
+        );
+        assert!(
+            !c.log("host-1")
+                .contains(&format!("trainer launched attempt=task {id} attempt")),
+            "{adapter} {params}: a trainer was launched"
+        );
+    }
+    for victim in [&beside, &tmp] {
+        assert!(!victim.exists(), "{} was written", victim.display());
+    }
+    let traces: Vec<_> = std::fs::read_dir(c.trace_dir()).unwrap().collect();
+    assert!(traces.is_empty(), "trace files were written: {traces:?}");
+
+    // The same observation sees a write when there is one: the test
+    // adapter's trace file, inside the trace directory.
+    let id = c
+        .submit(json!({"adapter": "test-trainer", "params": {"episodes": 5, "trace_file": "control.jsonl"}}))
+        .await;
+    c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    assert!(traced(&read_trace(&c.trace("control.jsonl")), 1, "end"));
 }
 
 /// A host configured with a corrupt adapter, one that is not a component, and

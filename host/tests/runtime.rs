@@ -7,7 +7,7 @@
 mod support;
 
 use std::os::unix::fs::MetadataExt;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use support::*;
 use trainyard_host::plan::{self, Allowlist, PlanError};
 use trainyard_host::runtime::{
@@ -50,6 +50,7 @@ async fn the_built_adapters_load_and_describe_themselves() {
     for (name, kinds) in [
         ("noop", vec!["noop"]),
         ("python-trainer", vec!["q-learning"]),
+        ("test-trainer", vec!["q-learning"]),
         ("hostile", vec!["attack"]),
     ] {
         let adapter = load(&runtime, name).await;
@@ -140,7 +141,7 @@ async fn python_trainer_plans_python3_with_its_script_and_params() {
     assert_eq!(paths, ["trainer.py", "params.json"]);
     let params: serde_json::Value = serde_json::from_slice(&valid.files[1].contents).unwrap();
     assert_eq!(params["episodes"], 20);
-    assert_eq!(params["task"], 7);
+    assert_eq!(params["step_delay_ms"], 0);
     let command = valid.command.expect("a command");
     assert_eq!(command.program, "python3");
     assert_eq!(
@@ -165,6 +166,56 @@ async fn python_trainer_plans_python3_with_its_script_and_params() {
     let refused = instance.prepare(&wrong_kind).await.unwrap().unwrap_err();
     assert!(!refused.retryable);
     assert!(refused.message.contains("\"ppo\""), "{}", refused.message);
+}
+
+#[tokio::test]
+async fn test_hooks_are_unknown_to_the_shipped_trainer_and_planned_by_the_test_one() {
+    let runtime = runtime();
+    let attempt = Attempt::new(8);
+    let hooks = r#"{"episodes": 20, "fail_at_episode": 5, "trace_file": "t.jsonl"}"#;
+
+    let shipped = load(&runtime, "python-trainer").await;
+    let mut instance = shipped.instantiate(attempt.context.clone()).await.unwrap();
+    let refused = instance
+        .prepare(&task(&attempt, hooks))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(!refused.retryable);
+    assert!(
+        refused.message.starts_with("invalid params: unknown key"),
+        "{}",
+        refused.message
+    );
+
+    let testing = load(&runtime, "test-trainer").await;
+    let mut instance = testing.instantiate(attempt.context.clone()).await.unwrap();
+    let planned = instance
+        .prepare(&task(&attempt, hooks))
+        .await
+        .unwrap()
+        .unwrap();
+    let valid = plan::validate(planned, &python_allowlist()).expect("the plan passes the policy");
+    let paths: Vec<&str> = valid.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["trainer.py", "params.json", "hooks.py", "hooks.json"]
+    );
+    let hooks: serde_json::Value = serde_json::from_slice(&valid.files[3].contents).unwrap();
+    assert_eq!(hooks["trace_file"], "t.jsonl");
+    assert_eq!(hooks["fail_at_episode"], 5);
+    assert_eq!(hooks["task"], 8);
+    assert_eq!(
+        valid.command.expect("a command").args,
+        [
+            "-u",
+            "hooks.py",
+            "--hooks",
+            "hooks.json",
+            "--config",
+            "params.json"
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -965,33 +1016,6 @@ async fn a_busy_guest_does_not_hold_the_thread_its_call_runs_on() {
     let (fault, ()) = within("loop-prepare", async { tokio::join!(spin, others) }).await;
     assert!(matches!(fault, AdapterFault::Deadline { .. }), "{fault:?}");
     assert_eq!(*finished.lock().unwrap(), ["others", "spinner"]);
-}
-
-/// Not an assertion: prints what one noop attempt costs in the runtime
-/// (instantiate, prepare, on_output, finish). Run with `--release
-/// --nocapture` for the figure a benchmark can rely on.
-#[tokio::test]
-async fn noop_attempt_round_trip_time_is_printed() {
-    let runtime = runtime();
-    let noop = load(&runtime, "noop").await;
-    let attempt = Attempt::new(16);
-    let input = task(&attempt, "{}");
-    let mut samples = Vec::with_capacity(500);
-    for _ in 0..500 {
-        let started = Instant::now();
-        let mut instance = noop.instantiate(attempt.context.clone()).await.unwrap();
-        instance.prepare(&input).await.unwrap().unwrap();
-        instance.on_output("a line of output").await.unwrap();
-        instance.finish(&not_launched()).await.unwrap().unwrap();
-        drop(instance);
-        samples.push(started.elapsed());
-    }
-    samples.sort();
-    let median: Duration = samples[samples.len() / 2];
-    println!(
-        "noop attempt (instantiate + prepare + on_output + finish): median {median:?}, p90 {:?}",
-        samples[samples.len() * 9 / 10]
-    );
 }
 
 /// Counting the adapter's log events, through a `tracing` subscriber set for

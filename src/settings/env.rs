@@ -19,7 +19,7 @@ pub const PREFIX: &str = "TRAINYARD_";
 /// The `TRAINYARD_` variables that are not configuration keys, with what
 /// each is for; a trailing `*` stands for any ending. This is the one list:
 /// the README shows it, and a unit test holds the two in step.
-pub const NOT_CONFIGURATION: [(&str, &str); 5] = [
+pub const NOT_CONFIGURATION: [(&str, &str); 7] = [
     ("TRAINYARD_CONFIG", "the configuration file, like --config"),
     (
         "TRAINYARD_TEST_*",
@@ -29,8 +29,22 @@ pub const NOT_CONFIGURATION: [(&str, &str); 5] = [
         "TRAINYARD_CHAOS_*",
         "the chaos test's seed and length (TRAINYARD_CHAOS_SEED, TRAINYARD_CHAOS_SECS)",
     ),
-    ("TRAINYARD_TASK*", "reserved for a trainer's environment"),
-    ("TRAINYARD_ATTEMPT*", "reserved for a trainer's environment"),
+    (
+        "TRAINYARD_GPUS",
+        "set by the host in a trainer's environment: its devices",
+    ),
+    (
+        "TRAINYARD_CPUS",
+        "set by the host in a trainer's environment: its CPU share",
+    ),
+    (
+        "TRAINYARD_MEMORY_BYTES",
+        "set by the host in a trainer's environment: its memory share",
+    ),
+    (
+        "TRAINYARD_TRACE_DIR",
+        "the test trainer's trace directory, set by the test suite's hosts",
+    ),
 ];
 
 /// Whether `name` is one of [`NOT_CONFIGURATION`].
@@ -156,7 +170,7 @@ mod tests {
             ("TRAINYARD_CONFIG", "/etc/trainyard.toml"),
             ("TRAINYARD_TEST_DATABASE_URL", "postgres://x"),
             ("TRAINYARD_CHAOS_SEED", "7"),
-            ("TRAINYARD_TASK", "42"),
+            ("TRAINYARD_GPUS", "0,1"),
         ]))
         .unwrap();
         assert!(layer.is_empty());

@@ -1,7 +1,16 @@
 //! Shared harness of the multi-process tests: a private Redis, a fresh
 //! database (SQLite or PostgreSQL), a real master and real hosts started from
-//! the built binaries, fast timers, and helpers that wait for what a user
+//! the built binaries, fast timers ([`test_timers`]), and helpers that wait for what a user
 //! would look at (task status in the API, keys in Redis, processes gone).
+//!
+//! Tasks that need test hooks (a trace file, a simulated failure) run on the
+//! `test-trainer` adapter, which every test host carries and no shipped
+//! configuration does. Its trace files all go to one directory per cluster,
+//! [`TestCluster::trace_dir`], created here and named to the trainers in
+//! their environment (`TRAINYARD_TRACE_DIR`).
+//!
+//! `TRAINYARD_TEST_KEEP_DIRS=1` keeps each cluster's directory (config,
+//! logs, traces) after the test and prints where it is.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -12,7 +21,27 @@ use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::Timers;
 use trainyard_testkit::{Database, RedisServer};
 
-pub use trainyard::cluster::fast_timers;
+/// The timers of the test clusters: the fast timers of the recovery
+/// benchmark (leases renewed five times a second, a sweep four times a
+/// second), with slack enough that a loaded two-core machine does not make a
+/// test lose a lease it should keep.
+///
+/// A lease survives a stall of its host, of Redis or of the master (whose
+/// heartbeat answer waits for its database commit) of up to `lease_ttl -
+/// lease_safety_margin - heartbeat_interval`: 4.3 s here. With the fast
+/// timers' 2 s lease that was 1.5 s, and a stall that long, while a parallel
+/// build ran, turned an attempt that should have completed on its first
+/// host into an extra lost one. A dispatch likewise survives a host stall of
+/// up to `dispatch_ack_timeout`.
+pub fn test_timers() -> Timers {
+    Timers {
+        lease_ttl: Duration::from_secs(5),
+        lease_safety_margin: Duration::from_millis(500),
+        dispatch_ack_timeout: Duration::from_secs(6),
+        idle_timeout: Duration::from_secs(3),
+        ..trainyard::cluster::fast_timers()
+    }
+}
 
 /// The adapters built by `make -C adapters build`.
 pub fn adapter(name: &str) -> PathBuf {
@@ -35,12 +64,28 @@ pub fn binaries() -> Binaries {
 /// A running test cluster. Everything it started dies with it.
 pub struct TestCluster {
     pub cluster: Cluster,
+    /// Where trace files go: `<cluster dir>/traces`.
+    trace_dir: PathBuf,
     pub redis: RedisServer,
     pub db: Database,
     pub master: Option<Process>,
     pub hosts: Vec<Process>,
     pub client: Option<ApiClient>,
-    _dir: tempfile::TempDir,
+    /// Removed with the cluster unless `TRAINYARD_TEST_KEEP_DIRS` is set.
+    dir: Option<tempfile::TempDir>,
+}
+
+/// The trainer's environment variable naming the trace directory.
+const TRACE_DIR_VAR: &str = "TRAINYARD_TRACE_DIR";
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::env::var_os("TRAINYARD_TEST_KEEP_DIRS").is_some() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!("cluster directory kept: {}", dir.keep().display());
+            }
+        }
+    }
 }
 
 /// How to build a test cluster.
@@ -57,9 +102,13 @@ impl Setup {
     pub fn new(backend: &'static str) -> Self {
         Self {
             backend,
-            timers: fast_timers(),
+            timers: test_timers(),
             slots: 1,
-            adapters: vec![("python-trainer", vec!["python3"]), ("noop", vec!["true"])],
+            adapters: vec![
+                ("python-trainer", vec!["python3"]),
+                ("test-trainer", vec!["python3"]),
+                ("noop", vec!["true"]),
+            ],
             configure: |_| {},
         }
     }
@@ -73,6 +122,13 @@ impl TestCluster {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut cluster =
             Cluster::new(dir.path(), binaries(), &redis.url(), &db.url).expect("cluster dir");
+        let trace_dir = cluster.dir.join("traces");
+        std::fs::create_dir_all(&trace_dir).expect("trace dir");
+        cluster
+            .settings
+            .host
+            .trainer_env
+            .insert(TRACE_DIR_VAR.into(), trace_dir.display().to_string());
         cluster.settings.timers = setup.timers;
         cluster.settings.host.slots = setup.slots;
         cluster.settings.host.adapters = setup
@@ -92,12 +148,13 @@ impl TestCluster {
         cluster.write_config().expect("config");
         TestCluster {
             cluster,
+            trace_dir,
             redis,
             db,
             master: None,
             hosts: vec![],
             client: None,
-            _dir: dir,
+            dir: Some(dir),
         }
     }
 
@@ -162,6 +219,17 @@ impl TestCluster {
             .wait_for_hosts(self.client(), n, Duration::from_secs(60))
             .await
             .unwrap_or_else(|e| panic!("{e:#}\n{}", self.all_logs()));
+    }
+
+    /// The directory of every trace file of this cluster.
+    pub fn trace_dir(&self) -> &Path {
+        &self.trace_dir
+    }
+
+    /// A trace file's path, for reading; tasks name the file only
+    /// (`"trace_file": name`).
+    pub fn trace(&self, name: &str) -> PathBuf {
+        self.trace_dir.join(name)
     }
 
     pub fn log(&self, name: &str) -> String {
@@ -258,6 +326,25 @@ impl TestCluster {
         }
     }
 
+    /// Waits until every trainer process in `pids` has ended.
+    pub async fn wait_for_trainers_gone(&self, pids: &[u32], timeout: Duration, what: &str) {
+        assert!(!pids.is_empty(), "{what}: no trainer process to wait for");
+        let until = Instant::now() + timeout;
+        loop {
+            let alive: Vec<u32> = pids.iter().copied().filter(|p| trainer_alive(*p)).collect();
+            if alive.is_empty() {
+                return;
+            }
+            if Instant::now() > until {
+                panic!(
+                    "{what}: trainers {alive:?} still run after {timeout:?}\n{}",
+                    self.all_logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.redis.url())
             .unwrap()
@@ -279,29 +366,87 @@ pub fn now_ms() -> i64 {
     trainyard_proto::now_ms()
 }
 
-/// Reads a trainer trace file: `(attempt, event, time)` per line.
-pub fn read_trace(path: &Path) -> Vec<(u32, String, f64)> {
+/// One line of a test trainer's trace file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEvent {
+    pub attempt: u32,
+    /// `start`, `alive` (after each episode) or `end`.
+    pub event: String,
+    /// The episode done (for `start`, the one resumed from).
+    pub episode: u64,
+    /// Unix time, in seconds.
+    pub t: f64,
+    /// The trainer's process.
+    pub pid: u32,
+}
+
+/// Reads a trace file (empty if it does not exist yet).
+pub fn read_trace(path: &Path) -> Vec<TraceEvent> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            (
-                v["attempt"].as_u64().unwrap_or(0) as u32,
-                v["event"].as_str().unwrap_or("").to_string(),
-                v["t"].as_f64().unwrap_or(0.0),
-            )
+        .map(|v| TraceEvent {
+            attempt: v["attempt"].as_u64().unwrap_or(0) as u32,
+            event: v["event"].as_str().unwrap_or("").to_string(),
+            episode: v["episode"].as_u64().unwrap_or(0),
+            t: v["t"].as_f64().unwrap_or(0.0),
+            pid: v["pid"].as_u64().unwrap_or(0) as u32,
         })
         .collect()
 }
 
+/// Whether the trace holds `event` of `attempt`.
+pub fn traced(events: &[TraceEvent], attempt: u32, event: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e.attempt == attempt && e.event == event)
+}
+
+/// The time of the last traced event of `attempt` (0 if none).
+pub fn last_seen(events: &[TraceEvent], attempt: u32) -> f64 {
+    events
+        .iter()
+        .filter(|e| e.attempt == attempt)
+        .map(|e| e.t)
+        .fold(0.0, f64::max)
+}
+
+/// The processes that traced `attempt`.
+pub fn trainer_pids(events: &[TraceEvent], attempt: u32) -> Vec<u32> {
+    let mut pids: Vec<u32> = events
+        .iter()
+        .filter(|e| e.attempt == attempt && e.pid != 0)
+        .map(|e| e.pid)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Whether `pid` is a test trainer that still runs: its `/proc` entry
+/// exists, it is not a zombie, and it runs `hooks.py` (so a reused pid is
+/// not mistaken for it).
+pub fn trainer_alive(pid: u32) -> bool {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let Ok(stat) = std::fs::read_to_string(proc.join("stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next());
+    let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
+    let runs_hooks = cmdline.split(|b| *b == 0).any(|arg| arg == b"hooks.py");
+    runs_hooks && !matches!(state, Some('Z' | 'X') | None)
+}
+
 /// Asserts that no two attempts' traced lifetimes overlap.
-pub fn assert_attempts_never_overlapped(trace: &[(u32, String, f64)]) {
+pub fn assert_attempts_never_overlapped(trace: &[TraceEvent]) {
     let mut spans: std::collections::BTreeMap<u32, (f64, f64)> = Default::default();
-    for (attempt, _, t) in trace {
-        let span = spans.entry(*attempt).or_insert((*t, *t));
-        span.0 = span.0.min(*t);
-        span.1 = span.1.max(*t);
+    for e in trace {
+        let span = spans.entry(e.attempt).or_insert((e.t, e.t));
+        span.0 = span.0.min(e.t);
+        span.1 = span.1.max(e.t);
     }
     let spans: Vec<_> = spans.into_iter().collect();
     for pair in spans.windows(2) {

@@ -7,6 +7,11 @@
 //! the messages here are the ones that matter. Unknown keys are refused rather
 //! than ignored: a misspelt `learning_rat` would otherwise train silently with
 //! the default.
+//!
+//! Every key is a number: no parameter names a file, so a submitter cannot
+//! point the trainer anywhere outside its workspace. An adapter that accepts
+//! more keys (the test adapter's hooks) gets them from [`parse_with`] and
+//! checks them itself.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -26,7 +31,7 @@ const DEFAULT_MIN_EPSILON: f64 = 0.05;
 const DEFAULT_CHECKPOINT_EVERY: u64 = 50;
 const DEFAULT_EVAL_WINDOW: u64 = 50;
 
-/// Every key a task's params may hold, in the order operators read them.
+/// The trainer's keys, in the order operators read them.
 pub const ACCEPTED_KEYS: &[&str] = &[
     "episodes",
     "learning_rate",
@@ -38,9 +43,6 @@ pub const ACCEPTED_KEYS: &[&str] = &[
     "checkpoint_every",
     "eval_window",
     "step_delay_ms",
-    "fail_at_episode",
-    "fail_until_attempt",
-    "trace_file",
 ];
 
 /// A task's parameters with every default filled in, as the trainer reads them
@@ -57,19 +59,11 @@ pub struct TrainerParams {
     pub checkpoint_every: u64,
     /// How many of the last episodes the final metrics average over.
     pub eval_window: u64,
-    /// Slows every episode down so tests can kill a trainer mid-run.
+    /// A pause after every episode, so that a run can be watched live (the
+    /// demo does) or stand in for a trainer with heavier episodes. It only
+    /// stretches the attempt's own run time, which the task's time limit
+    /// bounds.
     pub step_delay_ms: u64,
-    /// Makes the trainer exit with code 3 when this episode begins: a failing
-    /// task for tests.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fail_at_episode: Option<u64>,
-    /// Limits `fail_at_episode` to attempts up to this one, so a test can
-    /// watch a later attempt resume and succeed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fail_until_attempt: Option<u64>,
-    /// An absolute path the trainer appends start/alive/end events to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_file: Option<String>,
 }
 
 /// Why a task's params were refused. Never worth a retry: the same params
@@ -80,33 +74,56 @@ pub enum ParamsError {
     NotJson { reason: String },
     #[error("invalid params: expected a JSON object, got {got}")]
     NotAnObject { got: String },
-    #[error("invalid params: unknown key \"{key}\"; accepted keys are {}", ACCEPTED_KEYS.join(", "))]
-    UnknownKey { key: String },
+    #[error("invalid params: unknown key \"{key}\"; accepted keys are {accepted}")]
+    UnknownKey { key: String, accepted: String },
     #[error("invalid params: \"{key}\" must be {expected}, got {got}")]
     Invalid {
         key: &'static str,
         expected: String,
         got: String,
     },
-    #[error("invalid params: \"fail_until_attempt\" needs \"fail_at_episode\"")]
-    FailUntilWithoutFailAt,
 }
 
-/// Parses and validates a task's params (a JSON object as text).
+/// Parses and validates a task's params (a JSON object as text): the
+/// trainer's keys and no other.
 pub fn parse(params: &str) -> Result<TrainerParams, ParamsError> {
+    parse_with(params, &[]).map(|(trainer, _)| trainer)
+}
+
+/// Parses the trainer's keys and hands back, unchecked, those of `extra`
+/// that are present, for the adapter that accepts them to check; any other
+/// key is refused.
+pub fn parse_with(
+    params: &str,
+    extra: &[&str],
+) -> Result<(TrainerParams, Map<String, Value>), ParamsError> {
     let value: Value = serde_json::from_str(params).map_err(|e| ParamsError::NotJson {
         reason: e.to_string(),
     })?;
-    let Value::Object(map) = value else {
+    let Value::Object(mut map) = value else {
         return Err(ParamsError::NotAnObject { got: show(&value) });
     };
-    if let Some(key) = map.keys().find(|k| !ACCEPTED_KEYS.contains(&k.as_str())) {
+    let known = |k: &str| ACCEPTED_KEYS.contains(&k) || extra.contains(&k);
+    if let Some(key) = map.keys().find(|k| !known(k)) {
         return Err(ParamsError::UnknownKey {
             key: truncate(key, 64),
+            accepted: ACCEPTED_KEYS
+                .iter()
+                .chain(extra)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
         });
     }
-    let fields = Fields(&map);
+    let extras: Map<String, Value> = extra
+        .iter()
+        .filter_map(|k| map.remove(*k).map(|v| ((*k).to_owned(), v)))
+        .collect();
+    let trainer = trainer_params(&Fields(&map))?;
+    Ok((trainer, extras))
+}
 
+fn trainer_params(fields: &Fields) -> Result<TrainerParams, ParamsError> {
     let episodes = fields
         .integer("episodes", 1, Some(MAX_EPISODES))?
         .unwrap_or(DEFAULT_EPISODES);
@@ -126,21 +143,6 @@ pub fn parse(params: &str) -> Result<TrainerParams, ParamsError> {
         Some(min) => min,
         None => DEFAULT_MIN_EPSILON.min(epsilon),
     };
-    let fail_at_episode = match fields.integer("fail_at_episode", 1, None)? {
-        Some(n) if n > episodes => {
-            return Err(ParamsError::Invalid {
-                key: "fail_at_episode",
-                expected: format!("an integer from 1 to {episodes} (the value of \"episodes\")"),
-                got: n.to_string(),
-            })
-        }
-        other => other,
-    };
-    let fail_until_attempt = fields.integer("fail_until_attempt", 1, None)?;
-    if fail_until_attempt.is_some() && fail_at_episode.is_none() {
-        return Err(ParamsError::FailUntilWithoutFailAt);
-    }
-
     Ok(TrainerParams {
         episodes,
         learning_rate: fields
@@ -164,9 +166,6 @@ pub fn parse(params: &str) -> Result<TrainerParams, ParamsError> {
         step_delay_ms: fields
             .integer("step_delay_ms", 0, Some(MAX_STEP_DELAY_MS))?
             .unwrap_or(0),
-        fail_at_episode,
-        fail_until_attempt,
-        trace_file: fields.absolute_path("trace_file")?,
     })
 }
 
@@ -200,10 +199,10 @@ impl fmt::Display for Interval {
 
 /// Typed, range-checked access to the params object. Each getter returns
 /// `None` for an absent key, so the caller supplies the default.
-struct Fields<'a>(&'a Map<String, Value>);
+pub struct Fields<'a>(pub &'a Map<String, Value>);
 
 impl Fields<'_> {
-    fn integer(
+    pub fn integer(
         &self,
         key: &'static str,
         min: u64,
@@ -238,27 +237,11 @@ impl Fields<'_> {
             }),
         }
     }
-
-    fn absolute_path(&self, key: &'static str) -> Result<Option<String>, ParamsError> {
-        let Some(value) = self.0.get(key) else {
-            return Ok(None);
-        };
-        match value.as_str() {
-            Some(path) if path.starts_with('/') && !path.contains('\0') => {
-                Ok(Some(path.to_owned()))
-            }
-            _ => Err(ParamsError::Invalid {
-                key,
-                expected: "an absolute path (a string starting with /)".to_owned(),
-                got: show(value),
-            }),
-        }
-    }
 }
 
 /// A submitted value as it appears in an error message: compact JSON, cut so
 /// that a huge value cannot blow the message's size limit.
-fn show(value: &Value) -> String {
+pub fn show(value: &Value) -> String {
     truncate(&value.to_string(), 80)
 }
 
@@ -300,9 +283,6 @@ mod tests {
                 checkpoint_every: 50,
                 eval_window: 50,
                 step_delay_ms: 0,
-                fail_at_episode: None,
-                fail_until_attempt: None,
-                trace_file: None,
             }
         );
     }
@@ -312,8 +292,7 @@ mod tests {
         let p = parse(
             r#"{"episodes": 1000, "learning_rate": 0.1, "discount": 0, "epsilon": 0.5,
                 "epsilon_decay": 1, "min_epsilon": 0.2, "seed": 42, "checkpoint_every": 7,
-                "eval_window": 20, "step_delay_ms": 60000, "fail_at_episode": 1000,
-                "fail_until_attempt": 2, "trace_file": "/tmp/trace.jsonl"}"#,
+                "eval_window": 20, "step_delay_ms": 60000}"#,
         )
         .expect("valid params");
         assert_eq!(p.episodes, 1000);
@@ -326,9 +305,6 @@ mod tests {
         assert_eq!(p.checkpoint_every, 7);
         assert_eq!(p.eval_window, 20);
         assert_eq!(p.step_delay_ms, 60_000);
-        assert_eq!(p.fail_at_episode, Some(1000));
-        assert_eq!(p.fail_until_attempt, Some(2));
-        assert_eq!(p.trace_file.as_deref(), Some("/tmp/trace.jsonl"));
     }
 
     #[test]
@@ -381,10 +357,6 @@ mod tests {
             error(r#"{"checkpoint_every": null}"#),
             r#"invalid params: "checkpoint_every" must be an integer of at least 1, got null"#
         );
-        assert_eq!(
-            error(r#"{"trace_file": "trace.jsonl"}"#),
-            r#"invalid params: "trace_file" must be an absolute path (a string starting with /), got "trace.jsonl""#
-        );
     }
 
     #[test]
@@ -432,14 +404,39 @@ mod tests {
     }
 
     #[test]
-    fn fail_at_episode_must_fall_inside_the_run() {
-        assert_eq!(
-            error(r#"{"episodes": 10, "fail_at_episode": 11}"#),
-            r#"invalid params: "fail_at_episode" must be an integer from 1 to 10 (the value of "episodes"), got 11"#
-        );
-        assert_eq!(
-            error(r#"{"fail_until_attempt": 1}"#),
-            r#"invalid params: "fail_until_attempt" needs "fail_at_episode""#
-        );
+    fn the_test_hooks_are_unknown_keys() {
+        for key in ["trace_file", "fail_at_episode", "fail_until_attempt"] {
+            let message = error(&format!(r#"{{"{key}": "/tmp/written-by-a-submitter"}}"#));
+            assert!(
+                message.starts_with(&format!(r#"invalid params: unknown key "{key}""#)),
+                "{message}"
+            );
+            let message = error(&format!(r#"{{"{key}": 3}}"#));
+            assert!(message.contains("unknown key"), "{message}");
+        }
+    }
+
+    #[test]
+    fn no_key_accepts_a_path() {
+        for key in ACCEPTED_KEYS {
+            for path in ["/etc/passwd", "../outside", "relative/file"] {
+                let params = serde_json::json!({ *key: path }).to_string();
+                assert!(parse(&params).is_err(), "{key} accepted {path:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn extra_keys_are_handed_back_and_listed_as_accepted() {
+        let (trainer, extras) =
+            parse_with(r#"{"episodes": 10, "hook": "x"}"#, &["hook", "other"]).expect("valid");
+        assert_eq!(trainer.episodes, 10);
+        assert_eq!(extras.len(), 1);
+        assert_eq!(extras["hook"], "x");
+        let message = match parse_with(r#"{"nope": 1}"#, &["hook"]) {
+            Ok(p) => panic!("accepted {p:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(message.ends_with(", step_delay_ms, hook"), "{message}");
     }
 }

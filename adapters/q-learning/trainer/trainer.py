@@ -28,8 +28,12 @@ the returns the final metrics need. Resuming from the checkpoint of episode K
 therefore replays episodes K+1.. exactly as the uninterrupted run did them.
 
 Exit codes: 0 done, 2 invalid configuration or unreadable checkpoint (a
-retry cannot help), 3 the simulated failure asked for by `fail_at_episode`,
-1 anything unexpected (an unwritable workspace or trace file, a crash).
+retry cannot help), 1 anything unexpected (an unwritable workspace, a crash).
+
+A wrapper script may import this module and pass `main` an `Observer` that
+hears of the run's start, of each episode and of its end (trainyard's test
+adapter records a trace file and simulates failures that way); run as a
+script, the trainer has none.
 """
 
 import argparse
@@ -40,7 +44,6 @@ import sys
 import time
 
 EXIT_INVALID_CONFIG = 2
-EXIT_SIMULATED_FAILURE = 3
 
 CHECKPOINT_FILE = "checkpoint.json"
 RESULT_FILE = "result.json"
@@ -113,17 +116,9 @@ def _unit(lo_open):
     return check
 
 
-def _absolute_path(name, value):
-    if not isinstance(value, str) or not os.path.isabs(value):
-        raise ConfigError(f'"{name}" must be an absolute path, got {json.dumps(value)}')
-    return value
-
-
 # Mirrors the adapter's validation (python-trainer/src/params.rs), which is
 # the one operators see; this copy only guards against a hand-written config.
 SCHEMA = {
-    "task": (_int(0), 0),
-    "attempt": (_int(1), 1),
     "episodes": (_int(1, 100_000), 300),
     "learning_rate": (_unit(True), 0.5),
     "discount": (_unit(False), 0.95),
@@ -134,9 +129,6 @@ SCHEMA = {
     "checkpoint_every": (_int(1), 50),
     "eval_window": (_int(1), 50),
     "step_delay_ms": (_int(0, 60_000), 0),
-    "fail_at_episode": (_int(1), None),
-    "fail_until_attempt": (_int(1), None),
-    "trace_file": (_absolute_path, None),
 }
 DEFAULT_MIN_EPSILON = 0.05
 
@@ -300,21 +292,22 @@ def write_json_atomically(path, obj):
     os.replace(tmp, path)
 
 
-class Trace:
-    """The optional trace file tests read to prove attempts never overlapped."""
+class Observer:
+    """Hears of a run's progress; every method does nothing here. An exception
+    raised by one ends the run and leaves `main` (an `Observer` may stop a
+    run that way)."""
 
-    def __init__(self, config):
-        self.task = config["task"]
-        self.attempt = config["attempt"]
-        self.file = open(config["trace_file"], "a", encoding="utf-8") if config["trace_file"] else None
+    def started(self, config, resumed_from):
+        """Before the first episode; `resumed_from` is the last episode done."""
 
-    def record(self, event, episode):
-        if self.file is None:
-            return
-        line = {"event": event, "task": self.task, "attempt": self.attempt,
-                "episode": episode, "t": time.time()}
-        self.file.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self.file.flush()
+    def episode_starting(self, episode):
+        """Before episode `episode` (counted from 1) is played."""
+
+    def episode_done(self, episode):
+        """After the episode's line was printed."""
+
+    def finished(self, episode):
+        """After the result was written and printed."""
 
 
 # --- main --------------------------------------------------------------------
@@ -340,14 +333,8 @@ def load_run(args):
     return run
 
 
-def should_fail(config, episode):
-    if config["fail_at_episode"] != episode:
-        return False
-    until = config["fail_until_attempt"]
-    return until is None or config["attempt"] <= until
-
-
-def main(argv):
+def main(argv, observer=None):
+    observer = observer or Observer()
     args = parse_args(argv)
     try:
         run = load_run(args)
@@ -358,26 +345,19 @@ def main(argv):
     resumed_from = run.episode
     if args.resume:
         emit({"type": "resumed", "from_episode": resumed_from})
-    try:
-        trace = Trace(config)
-    except OSError as e:
-        print(f"trainer: cannot open trace file {config['trace_file']}: {e}", file=sys.stderr)
-        return 1
-    trace.record("start", resumed_from)
+    observer.started(config, resumed_from)
     delay = config["step_delay_ms"] / 1000.0
     total_episodes = config["episodes"]
 
     while run.episode < total_episodes:
         episode = run.episode + 1
-        if should_fail(config, episode):
-            print(f"simulated failure at episode {episode}", file=sys.stderr, flush=True)
-            return EXIT_SIMULATED_FAILURE
+        observer.episode_starting(episode)
         ret, steps, _ = run.play_episode()
         if delay:
             time.sleep(delay)
         emit({"type": "episode", "episode": episode, "episodes": total_episodes,
               "return": round(ret, 6), "steps": steps, "epsilon": round(run.epsilon, 6)})
-        trace.record("alive", episode)
+        observer.episode_done(episode)
         if episode % config["checkpoint_every"] == 0:
             write_json_atomically(CHECKPOINT_FILE, run.checkpoint_json())
             emit({"type": "checkpoint", "path": CHECKPOINT_FILE, "episode": episode})
@@ -386,7 +366,7 @@ def main(argv):
     write_json_atomically(POLICY_FILE, run.policy_json())
     write_json_atomically(RESULT_FILE, metrics)
     emit({"type": "result", **metrics})
-    trace.record("end", run.episode)
+    observer.finished(run.episode)
     return 0
 
 

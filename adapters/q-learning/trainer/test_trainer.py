@@ -90,14 +90,16 @@ class TrainerTest(unittest.TestCase):
         proc, whole_lines = whole.run()
         self.assertEqual(proc.returncode, 0, proc.stderr)
 
-        # The first attempt dies at episode 101, after the checkpoint of 80.
-        cut = Workdir(self, **params, fail_at_episode=101)
+        # A first run that stops at episode 100 leaves the checkpoint of 80,
+        # as one that died there would. Only the episode count bounds the
+        # loop, so its first 100 episodes are those of the whole run.
+        cut = Workdir(self, **{**params, "episodes": 100})
         proc, first_lines = cut.run()
-        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(max(returns_by_episode(first_lines)), 100)
         self.assertEqual(cut.read_json("checkpoint.json")["episode"], 80)
 
-        cut.write_params(**params, attempt=2)
+        cut.write_params(**params)
         proc, resumed_lines = cut.run("--resume", "checkpoint.json")
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertEqual(resumed_lines[0], {"type": "resumed", "from_episode": 80})
@@ -135,22 +137,9 @@ class TrainerTest(unittest.TestCase):
         policy = work.read_json("policy.json")
         self.assertEqual(len(policy["q"]), policy["rows"] * policy["cols"])
 
-    def test_fail_at_episode_exits_3_with_a_clear_message(self):
-        work = Workdir(self, episodes=50, fail_at_episode=7)
-        proc, lines = work.run()
-        self.assertEqual(proc.returncode, 3)
-        self.assertIn("simulated failure at episode 7", proc.stderr)
-        self.assertEqual(max(returns_by_episode(lines)), 6)
-        self.assertFalse(os.path.exists(work.file("result.json")))
-
-    def test_fail_until_attempt_spares_later_attempts(self):
-        work = Workdir(self, episodes=20, fail_at_episode=5, fail_until_attempt=1, attempt=2)
-        proc, _ = work.run()
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-
     def test_invalid_config_exits_2(self):
         for params in ({"learning_rate": 7}, {"episodes": "many"}, {"bogus": 1},
-                       {"trace_file": "relative.log"}):
+                       {"trace_file": "/tmp/trainer-test.log"}, {"fail_at_episode": 3}):
             with self.subTest(params=params):
                 work = Workdir(self, **params)
                 proc, lines = work.run()
@@ -165,28 +154,6 @@ class TrainerTest(unittest.TestCase):
         proc, _ = work.run("--resume", "checkpoint.json")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("cannot resume from checkpoint.json", proc.stderr)
-
-    def test_trace_file_records_start_alive_end_for_each_attempt(self):
-        work = Workdir(self)
-        trace = work.file("trace.jsonl")
-        work.write_params(task=42, attempt=1, episodes=30, checkpoint_every=10,
-                          fail_at_episode=25, fail_until_attempt=1, trace_file=trace)
-        proc, _ = work.run()
-        self.assertEqual(proc.returncode, 3, proc.stderr)
-        work.write_params(task=42, attempt=2, episodes=30, checkpoint_every=10,
-                          fail_at_episode=25, fail_until_attempt=1, trace_file=trace)
-        proc, _ = work.run("--resume", "checkpoint.json")
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-
-        with open(trace, encoding="utf-8") as f:
-            events = [json.loads(line) for line in f]
-        self.assertTrue(all(e["task"] == 42 for e in events))
-        summary = [(e["attempt"], e["event"], e["episode"]) for e in events]
-        first = [(1, "start", 0)] + [(1, "alive", n) for n in range(1, 25)]
-        second = [(2, "start", 20)] + [(2, "alive", n) for n in range(21, 31)] + [(2, "end", 30)]
-        self.assertEqual(summary, first + second)
-        times = [e["t"] for e in events]
-        self.assertEqual(times, sorted(times))
 
 
 if __name__ == "__main__":

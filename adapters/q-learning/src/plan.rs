@@ -5,12 +5,15 @@
 //! normalised `params.json`, and runs `python3 -u trainer.py --config
 //! params.json`, adding `--resume PATH` when an earlier attempt left a
 //! checkpoint file, which the host has already placed in this workspace.
+//!
+//! An adapter may run a [`Wrapper`] in the trainer's place: a script that
+//! imports `trainer.py` and watches the run, with files and arguments of its
+//! own (the test adapter's hooks are one).
 
 use crate::bindings::trainyard::adapter::types::{
     Checkpoint, Command, EnvVar, LaunchPlan, Task, WorkspaceFile,
 };
 use crate::params::{self, ParamsError, TrainerParams};
-use serde::Serialize;
 
 /// The task kind this adapter serves.
 pub const KIND: &str = "q-learning";
@@ -27,10 +30,10 @@ pub const PROGRAM: &str = "python3";
 pub enum PlanError {
     #[error(transparent)]
     Params(#[from] ParamsError),
-    #[error("python-trainer runs tasks of kind \"{KIND}\" only, not \"{kind}\"")]
+    #[error("this adapter runs tasks of kind \"{KIND}\" only, not \"{kind}\"")]
     WrongKind { kind: String },
     #[error(
-        "python-trainer resumes only from a checkpoint file in the workspace; \
+        "the reference trainer resumes only from a checkpoint file in the workspace; \
          an external checkpoint ({reference}) is not supported"
     )]
     ExternalCheckpoint { reference: String },
@@ -46,24 +49,41 @@ pub struct PreparedAttempt {
     pub resume_from: Option<String>,
 }
 
-/// `params.json` as the trainer reads it: the task's params plus who it is,
-/// for the trace file.
-#[derive(Serialize)]
-struct TrainerConfig<'a> {
-    task: u64,
-    attempt: u32,
-    #[serde(flatten)]
-    params: &'a TrainerParams,
+/// A script run by `python3` in the trainer's place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wrapper {
+    /// The script, written into the workspace next to `trainer.py`.
+    pub script: WorkspaceFile,
+    /// Files the script reads.
+    pub files: Vec<WorkspaceFile>,
+    /// The script's own arguments, before the trainer's.
+    pub args: Vec<String>,
 }
 
-/// Validates the task and builds its launch plan.
+/// Validates the task (its kind, then its params) and builds its launch plan.
 pub fn prepare(task: &Task) -> Result<PreparedAttempt, PlanError> {
+    check_kind(task)?;
+    let params = params::parse(&task.params)?;
+    plan(task, params, None)
+}
+
+/// Refuses a task of another kind.
+pub fn check_kind(task: &Task) -> Result<(), PlanError> {
     if task.kind != KIND {
         return Err(PlanError::WrongKind {
             kind: task.kind.clone(),
         });
     }
-    let params = params::parse(&task.params)?;
+    Ok(())
+}
+
+/// The launch plan for validated params: the trainer, or `wrapper` in its
+/// place, resuming from the task's checkpoint if it has one.
+pub fn plan(
+    task: &Task,
+    params: TrainerParams,
+    wrapper: Option<Wrapper>,
+) -> Result<PreparedAttempt, PlanError> {
     let resume_from = match &task.checkpoint {
         None => None,
         Some(Checkpoint::WorkspaceFile(path)) => Some(path.clone()),
@@ -73,31 +93,35 @@ pub fn prepare(task: &Task) -> Result<PreparedAttempt, PlanError> {
             })
         }
     };
-    let config = TrainerConfig {
-        task: task.id,
-        attempt: task.attempt,
-        params: &params,
-    };
-    // Serialising plain numbers, strings and options cannot fail.
-    let config_json = serde_json::to_vec_pretty(&config).unwrap_or_default();
+    // Serialising plain numbers cannot fail.
+    let config_json = serde_json::to_vec_pretty(&params).unwrap_or_default();
 
-    let mut args: Vec<String> = ["-u", TRAINER_FILE, "--config", CONFIG_FILE]
-        .map(String::from)
-        .into();
+    let mut files = vec![
+        WorkspaceFile {
+            path: TRAINER_FILE.to_owned(),
+            contents: TRAINER_SOURCE.as_bytes().to_vec(),
+        },
+        WorkspaceFile {
+            path: CONFIG_FILE.to_owned(),
+            contents: config_json,
+        },
+    ];
+    let mut args = vec!["-u".to_owned()];
+    match wrapper {
+        None => args.push(TRAINER_FILE.to_owned()),
+        Some(wrapper) => {
+            args.push(wrapper.script.path.clone());
+            args.extend(wrapper.args);
+            files.push(wrapper.script);
+            files.extend(wrapper.files);
+        }
+    }
+    args.extend(["--config".to_owned(), CONFIG_FILE.to_owned()]);
     if let Some(path) = &resume_from {
         args.extend(["--resume".to_owned(), path.clone()]);
     }
     let plan = LaunchPlan {
-        files: vec![
-            WorkspaceFile {
-                path: TRAINER_FILE.to_owned(),
-                contents: TRAINER_SOURCE.as_bytes().to_vec(),
-            },
-            WorkspaceFile {
-                path: CONFIG_FILE.to_owned(),
-                contents: config_json,
-            },
-        ],
+        files,
         command: Some(Command {
             program: PROGRAM.to_owned(),
             args,
@@ -146,13 +170,17 @@ mod tests {
         assert_eq!(file(plan, "trainer.py"), TRAINER_SOURCE.as_bytes());
         let config: serde_json::Value =
             serde_json::from_slice(file(plan, "params.json")).expect("params.json is JSON");
-        assert_eq!(config["task"], 17);
-        assert_eq!(config["attempt"], 3);
         assert_eq!(config["episodes"], 40);
         assert_eq!(config["seed"], 9);
         assert_eq!(config["learning_rate"], 0.5);
         assert_eq!(config["checkpoint_every"], 50);
-        assert!(config.get("fail_at_episode").is_none());
+        let keys: Vec<&str> = config
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(keys.len(), params::ACCEPTED_KEYS.len(), "{keys:?}");
 
         let command = plan.command.as_ref().expect("a command");
         assert_eq!(command.program, "python3");
@@ -203,7 +231,7 @@ mod tests {
         .expect_err("external checkpoints are unsupported");
         assert_eq!(
             err.to_string(),
-            "python-trainer resumes only from a checkpoint file in the workspace; \
+            "the reference trainer resumes only from a checkpoint file in the workspace; \
              an external checkpoint (s3://bucket/ckpt) is not supported"
         );
     }
@@ -219,7 +247,48 @@ mod tests {
         other.kind = "ppo".to_owned();
         assert_eq!(
             prepare(&other).expect_err("wrong kind").to_string(),
-            r#"python-trainer runs tasks of kind "q-learning" only, not "ppo""#
+            r#"this adapter runs tasks of kind "q-learning" only, not "ppo""#
+        );
+    }
+
+    #[test]
+    fn a_wrapper_runs_in_the_trainers_place_with_its_files_and_arguments() {
+        let wrapper = Wrapper {
+            script: WorkspaceFile {
+                path: "watch.py".to_owned(),
+                contents: b"import trainer".to_vec(),
+            },
+            files: vec![WorkspaceFile {
+                path: "watch.json".to_owned(),
+                contents: b"{}".to_vec(),
+            }],
+            args: vec!["--watch".to_owned(), "watch.json".to_owned()],
+        };
+        let checkpoint = Some(Checkpoint::WorkspaceFile("checkpoint.json".to_owned()));
+        let t = task("{}", checkpoint);
+        let prepared = plan(&t, params::parse("{}").unwrap(), Some(wrapper)).expect("plan");
+        let paths: Vec<&str> = prepared
+            .plan
+            .files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(
+            paths,
+            ["trainer.py", "params.json", "watch.py", "watch.json"]
+        );
+        assert_eq!(
+            prepared.plan.command.expect("a command").args,
+            [
+                "-u",
+                "watch.py",
+                "--watch",
+                "watch.json",
+                "--config",
+                "params.json",
+                "--resume",
+                "checkpoint.json"
+            ]
         );
     }
 }
