@@ -371,6 +371,7 @@ fn only_a_disruption_that_could_end_an_attempt_explains_it() {
         outcome: Some(outcome),
         error: None,
         metrics: None,
+        assignment: None,
     };
     let at = |kind, from_ms, to_ms| Disruption {
         kind,
