@@ -45,6 +45,10 @@ pub enum Command {
     Hosts(commands::hosts::HostsArgs),
     /// Cancel a task
     Cancel(commands::cancel::CancelArgs),
+    /// Create a sweep (a search over parameters and seeds), or show or cancel one
+    Sweep(commands::sweep::SweepArgs),
+    /// List sweeps
+    Sweeps(commands::sweeps::SweepsArgs),
     /// Follow task progress live
     Watch(commands::watch::WatchArgs),
     /// Run the demo: a master, two hosts and several training tasks on the embedded defaults

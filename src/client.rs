@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use trainyard_master::model::{Task, TaskDetail, TaskStatus};
 use trainyard_master::scheduler::FreeResources;
+use trainyard_master::search::{SweepDetail, SweepSummary};
 use trainyard_proto::messages::AdapterInfo;
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::TaskId;
@@ -102,6 +103,24 @@ struct TaskList {
 #[derive(Deserialize)]
 struct HostList {
     hosts: Vec<HostView>,
+}
+
+#[derive(Deserialize)]
+struct SweepList {
+    sweeps: Vec<SweepSummary>,
+}
+
+/// What `POST /v1/sweeps` answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepCreated {
+    pub id: u64,
+    pub configs: usize,
+    pub trials: usize,
+    /// The trials' task ids.
+    pub tasks: Vec<TaskId>,
+    /// Whether the metric was checked against what the adapter's completed
+    /// tasks reported (it cannot be before any completed).
+    pub metric_checked: bool,
 }
 
 impl ApiClient {
@@ -246,6 +265,40 @@ impl ApiClient {
     /// has been told to stop it.
     pub async fn cancel(&self, id: u64) -> Result<serde_json::Value, ClientError> {
         let path = format!("v1/tasks/{id}/cancel");
+        self.call(self.request(Method::POST, &path)?, &format!("POST /{path}"))
+            .await
+    }
+
+    /// Creates a sweep from its spec (`POST /v1/sweeps`).
+    pub async fn create_sweep(
+        &self,
+        spec: &serde_json::Value,
+    ) -> Result<SweepCreated, ClientError> {
+        let request = self.request(Method::POST, "v1/sweeps")?.json(spec);
+        self.call(request, "POST /v1/sweeps").await
+    }
+
+    /// Sweeps, newest first.
+    pub async fn sweeps(&self, limit: Option<u32>) -> Result<Vec<SweepSummary>, ClientError> {
+        let mut request = self.request(Method::GET, "v1/sweeps")?;
+        if let Some(l) = limit {
+            request = request.query(&[("limit", l)]);
+        }
+        let answer: SweepList = self.call(request, "GET /v1/sweeps").await?;
+        Ok(answer.sweeps)
+    }
+
+    /// One sweep with its ranking and trials.
+    pub async fn sweep(&self, id: u64) -> Result<SweepDetail, ClientError> {
+        let path = format!("v1/sweeps/{id}");
+        self.call(self.request(Method::GET, &path)?, &format!("GET /{path}"))
+            .await
+    }
+
+    /// Cancels a sweep's unfinished trials: `{"id", "cancelled": N,
+    /// "cancel_requested": M}`.
+    pub async fn cancel_sweep(&self, id: u64) -> Result<serde_json::Value, ClientError> {
+        let path = format!("v1/sweeps/{id}/cancel");
         self.call(self.request(Method::POST, &path)?, &format!("POST /{path}"))
             .await
     }

@@ -48,6 +48,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
             .collect();
         store
             .apply(&Batch {
+                sweeps: vec![],
                 inserts,
                 writes: vec![],
                 now_ms: trainyard_proto::now_ms(),

@@ -132,6 +132,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
             })
             .collect();
         let batch = Batch {
+            sweeps: vec![],
             inserts,
             writes: vec![],
             now_ms: now_ms(),
@@ -172,6 +173,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
         for writes in [dispatches, starts] {
             let result = store
                 .apply(&Batch {
+                    sweeps: vec![],
                     inserts: vec![],
                     writes,
                     now_ms: now_ms(),

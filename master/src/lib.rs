@@ -10,6 +10,8 @@
 //!   reports, the recovery sweep.
 //! - [`recovery`]: the sweep's and reports' decisions as pure functions.
 //! - [`sweep`], [`reconcile`]: the Redis reads (and fences) they rest on.
+//! - [`search`]: sweeps (hyperparameter searches), their ranking and early
+//!   stopping.
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
 //! - [`api`]: the HTTP API and the live event stream.
 //! - [`events`]: fan-out of task events.
@@ -25,6 +27,7 @@ pub mod placement;
 pub mod reconcile;
 pub mod recovery;
 pub mod scheduler;
+pub mod search;
 pub mod sessions;
 pub mod store;
 pub mod sweep;
@@ -161,6 +164,14 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         handle.clone(),
         until_stopped(),
     ));
+    tasks.spawn(
+        search::supervisor::Supervisor {
+            store: store.clone(),
+            scheduler: handle.clone(),
+            events: events.clone(),
+        }
+        .run(until_stopped()),
+    );
     let redis_probe =
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
             .map_err(MasterError::RedisUrl)?;

@@ -12,6 +12,8 @@ pub mod follow;
 pub mod format;
 pub mod hosts;
 pub mod submit;
+pub mod sweep;
+pub mod sweeps;
 pub mod table;
 pub mod task;
 pub mod tasks;

@@ -264,7 +264,7 @@ pub fn render_attempts_table(attempts: &[Attempt]) -> String {
 
 /// A borderless table: columns two spaces apart, those in `right` aligned
 /// right (figures), no trailing spaces.
-fn plain(header: &[&str], right: &[usize], rows: Vec<Vec<String>>) -> String {
+pub fn plain(header: &[&str], right: &[usize], rows: Vec<Vec<String>>) -> String {
     let mut table = Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(header.to_vec());

@@ -9,6 +9,10 @@
 //! | GET | `/v1/tasks?status=&adapter=&limit=&before=` | list, newest first |
 //! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
+//! | POST | `/v1/sweeps` | create a sweep from its spec, with its trials (token) |
+//! | GET | `/v1/sweeps?limit=&before=` | list sweeps, newest first |
+//! | GET | `/v1/sweeps/{id}` | one sweep: spec, ranking over seeds, trials |
+//! | POST | `/v1/sweeps/{id}/cancel` | cancel a sweep's unfinished trials (token) |
 //! | GET | `/v1/hosts` | hosts and what they run |
 //! | GET | `/v1/events[?task=ID]` | server-sent events of task changes |
 //! | GET | `/v1/health` | database, Redis and scheduler state; 503 when degraded |
@@ -20,6 +24,7 @@ mod error;
 mod events;
 pub mod health;
 mod hosts;
+mod sweeps;
 mod tasks;
 
 pub use error::ApiError;
@@ -64,6 +69,11 @@ pub fn router(state: AppState) -> Router {
             post(tasks::submit_batch).layer(DefaultBodyLimit::max(256 << 20)),
         )
         .route("/v1/tasks/{id}/cancel", post(tasks::cancel))
+        .route(
+            "/v1/sweeps",
+            post(sweeps::create).layer(DefaultBodyLimit::max(2 << 20)),
+        )
+        .route("/v1/sweeps/{id}/cancel", post(sweeps::cancel))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
@@ -71,6 +81,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::show))
+        .route("/v1/sweeps", get(sweeps::list))
+        .route("/v1/sweeps/{id}", get(sweeps::show))
         .route("/v1/hosts", get(hosts::list))
         .route("/v1/events", get(events::stream))
         .route("/v1/health", get(health::health))
@@ -79,7 +91,7 @@ pub fn router(state: AppState) -> Router {
         .merge(mutating)
         .fallback(|| async {
             ApiError::not_found(
-                "no such endpoint; see /v1/health, /v1/tasks, /v1/hosts, /v1/events",
+                "no such endpoint; see /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events",
             )
         })
         .with_state(state)

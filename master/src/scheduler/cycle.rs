@@ -25,7 +25,27 @@ pub struct PlannedDispatch {
 /// Submissions waiting for their ids.
 pub struct PendingSubmit {
     pub count: usize,
-    pub reply: oneshot::Sender<Result<Vec<TaskId>, SubmitError>>,
+    pub reply: SubmitReply,
+}
+
+/// Who waits for a submission's ids: a submitter of tasks, or of a sweep
+/// (whose tasks are its trials).
+pub enum SubmitReply {
+    Tasks(oneshot::Sender<Result<Vec<TaskId>, SubmitError>>),
+    Sweep(oneshot::Sender<Result<super::SweepCreated, SubmitError>>),
+}
+
+impl SubmitReply {
+    pub fn fail(self, error: SubmitError) {
+        match self {
+            SubmitReply::Tasks(reply) => {
+                let _ = reply.send(Err(error));
+            }
+            SubmitReply::Sweep(reply) => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
 }
 
 /// Writes whose failure to apply means the in-memory picture is wrong.
@@ -40,6 +60,8 @@ pub enum WriteKind {
 #[derive(Default)]
 pub struct Cycle {
     pub inserts: Vec<NewTask>,
+    /// Sweeps created this turn, each with its trials among `inserts`.
+    pub sweeps: Vec<crate::store::SweepInsert>,
     pub submits: Vec<PendingSubmit>,
     writes: Vec<(Write, WriteKind)>,
     /// Latest progress per task this turn; becomes writes at commit, first in

@@ -35,6 +35,7 @@ pub use snapshot::{Snapshot, SnapshotReader};
 use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
 use crate::placement::{self, RouteError};
+use crate::search::{NewSweep, SweepId};
 use crate::store::{Batch, Store, Write};
 use cycle::{Cycle, WriteKind};
 use serde::Serialize;
@@ -58,6 +59,16 @@ pub enum Command {
     Cancel {
         task: TaskId,
         reply: oneshot::Sender<CancelOutcome>,
+    },
+    /// A sweep and its trials' tasks, stored together or not at all.
+    CreateSweep {
+        sweep: NewSweep,
+        tasks: Vec<NewTask>,
+        reply: oneshot::Sender<Result<SweepCreated, SubmitError>>,
+    },
+    /// Cancels many tasks in one turn (a sweep's trials).
+    CancelMany {
+        tasks: Vec<(TaskId, oneshot::Sender<CancelOutcome>)>,
     },
     /// A host proved it knows the secret and asks to be connected.
     /// `contested` is when the scheduler probed another connection holding
@@ -104,6 +115,13 @@ pub enum SubmitError {
     TooLarge(String),
     #[error("the task store is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// A sweep as stored: its id and its trials' task ids, in trial order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepCreated {
+    pub id: SweepId,
+    pub tasks: Vec<TaskId>,
 }
 
 /// What a cancellation did.
@@ -199,6 +217,41 @@ impl SchedulerHandle {
             .await
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
+    }
+
+    /// Stores a sweep with its trials' tasks in one transaction.
+    pub async fn create_sweep(
+        &self,
+        sweep: NewSweep,
+        tasks: Vec<NewTask>,
+    ) -> Result<SweepCreated, SubmitError> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || SubmitError::Unavailable("the scheduler is not running".into());
+        self.send(Command::CreateSweep {
+            sweep,
+            tasks,
+            reply,
+        })
+        .await
+        .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    /// Cancels every task of `tasks` in one turn; the outcomes come in order.
+    pub async fn cancel_many(&self, tasks: &[TaskId]) -> Result<Vec<CancelOutcome>, SchedulerGone> {
+        let (pairs, answers): (Vec<_>, Vec<_>) = tasks
+            .iter()
+            .map(|&task| {
+                let (reply, rx) = oneshot::channel();
+                ((task, reply), rx)
+            })
+            .unzip();
+        self.send(Command::CancelMany { tasks: pairs }).await?;
+        let mut outcomes = Vec::with_capacity(answers.len());
+        for answer in answers {
+            outcomes.push(answer.await.map_err(|_| SchedulerGone)?);
+        }
+        Ok(outcomes)
     }
 
     pub async fn cancel(&self, task: TaskId) -> Result<CancelOutcome, SchedulerGone> {
@@ -394,8 +447,20 @@ impl Scheduler {
 
     fn handle(&mut self, command: Command, cycle: &mut Cycle) {
         match command {
-            Command::Submit { tasks, reply } => self.submit(tasks, reply, cycle),
+            Command::Submit { tasks, reply } => {
+                self.submit(tasks, cycle::SubmitReply::Tasks(reply), None, cycle)
+            }
+            Command::CreateSweep {
+                sweep,
+                tasks,
+                reply,
+            } => self.submit(tasks, cycle::SubmitReply::Sweep(reply), Some(sweep), cycle),
             Command::Cancel { task, reply } => self.cancel(task, reply, cycle),
+            Command::CancelMany { tasks } => {
+                for (task, reply) in tasks {
+                    self.cancel(task, reply, cycle);
+                }
+            }
             Command::Admit {
                 hello,
                 session,
@@ -441,20 +506,32 @@ impl Scheduler {
         }
     }
 
+    /// Queues tasks (a sweep's trials, with the sweep) for this turn's
+    /// commit, or refuses them all.
     fn submit(
         &mut self,
         mut tasks: Vec<NewTask>,
-        reply: oneshot::Sender<Result<Vec<TaskId>, SubmitError>>,
+        reply: cycle::SubmitReply,
+        sweep: Option<NewSweep>,
         cycle: &mut Cycle,
     ) {
         for task in &mut tasks {
             match self.admissible(task) {
                 Ok(kind) => task.kind = kind,
                 Err(e) => {
-                    let _ = reply.send(Err(e));
+                    reply.fail(e);
                     return;
                 }
             }
+        }
+        if let Some(mut sweep) = sweep {
+            if let Some(first) = tasks.first() {
+                sweep.kind = first.kind.clone();
+            }
+            cycle.sweeps.push(crate::store::SweepInsert {
+                sweep,
+                first: cycle.inserts.len(),
+            });
         }
         cycle.submits.push(cycle::PendingSubmit {
             count: tasks.len(),
@@ -589,6 +666,7 @@ impl Scheduler {
         let (writes, kinds, offset) = cycle.take_writes();
         let inserts = std::mem::take(&mut cycle.inserts);
         let batch = Batch {
+            sweeps: std::mem::take(&mut cycle.sweeps),
             inserts,
             writes,
             now_ms: now,
@@ -609,6 +687,7 @@ impl Scheduler {
         }
         // Submissions: ids in order, then into the queue.
         let mut ids = result.inserted.iter().copied();
+        let mut sweep_ids = result.sweeps.iter().copied();
         let mut inserted = batch.inserts.iter();
         for submit in cycle.submits.drain(..) {
             let mine: Vec<TaskId> = ids.by_ref().take(submit.count).collect();
@@ -629,7 +708,17 @@ impl Scheduler {
                         .push(self.event(*id, TaskStatus::Pending, 0, None));
                 }
             }
-            let _ = submit.reply.send(Ok(mine));
+            match submit.reply {
+                cycle::SubmitReply::Tasks(reply) => {
+                    let _ = reply.send(Ok(mine));
+                }
+                cycle::SubmitReply::Sweep(reply) => {
+                    let created = sweep_ids.next().map(|id| SweepCreated { id, tasks: mine });
+                    let _ = reply.send(created.ok_or_else(|| {
+                        SubmitError::Unavailable("the sweep was not recorded".into())
+                    }));
+                }
+            }
         }
         // Tests crash here: the dispatch is recorded, the host never hears of it.
         #[cfg(feature = "failpoints")]
@@ -673,10 +762,11 @@ impl Scheduler {
 
     fn fail_submits(&mut self, cycle: &mut Cycle, error: &str) {
         for submit in cycle.submits.drain(..) {
-            let _ = submit
+            submit
                 .reply
-                .send(Err(SubmitError::Unavailable(error.to_string())));
+                .fail(SubmitError::Unavailable(error.to_string()));
         }
+        cycle.sweeps.clear();
         cycle.dispatches.clear();
     }
 

@@ -34,6 +34,14 @@ pub(super) async fn apply(pool: &AnyPool, backend: Backend, batch: &Batch) -> Re
         now: batch.now_ms,
     };
     let inserted = writer.insert_tasks(&batch.inserts).await?;
+    let sweeps = super::sweeps::insert(
+        &mut *writer.conn,
+        backend,
+        batch.now_ms,
+        &batch.sweeps,
+        &inserted,
+    )
+    .await?;
     let mut applied = vec![false; batch.writes.len()];
     for group in &groups {
         let writes: Vec<(&Write, i64)> = group
@@ -53,7 +61,11 @@ pub(super) async fn apply(pool: &AnyPool, backend: Backend, batch: &Batch) -> Re
     tx.commit()
         .await
         .map_err(StoreError::db("commit a batch"))?;
-    Ok(BatchResult { inserted, applied })
+    Ok(BatchResult {
+        inserted,
+        sweeps,
+        applied,
+    })
 }
 
 /// The open batch transaction.

@@ -17,6 +17,8 @@ use trainyard_proto::{AttemptRef, TaskId};
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     pub inserts: Vec<NewTask>,
+    /// Sweeps created with some of `inserts` as their trials.
+    pub sweeps: Vec<super::SweepInsert>,
     pub writes: Vec<Write>,
     /// The turn's clock; every timestamp the batch writes is this one.
     pub now_ms: i64,
@@ -27,6 +29,8 @@ pub struct Batch {
 pub struct BatchResult {
     /// The ids of `Batch::inserts`, in their order.
     pub inserted: Vec<TaskId>,
+    /// The ids of `Batch::sweeps`, in their order.
+    pub sweeps: Vec<crate::search::SweepId>,
     /// `applied[i]` says whether `writes[i]` found the task in the state it
     /// expected and changed it.
     pub applied: Vec<bool>,

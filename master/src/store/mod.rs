@@ -16,6 +16,7 @@
 //! - `values`: multi-row `VALUES` statements, chunked and padded.
 //! - `read`: the queries the scheduler and the API make.
 //! - `rows`, `json`: decoding rows, and the JSON columns.
+//! - `sweeps`: sweeps with their trials, and early stopping's records.
 
 mod apply;
 mod batch;
@@ -25,6 +26,7 @@ mod lock;
 mod read;
 mod rows;
 mod statements;
+mod sweeps;
 mod values;
 
 #[cfg(test)]
@@ -35,6 +37,7 @@ pub use batch::{Batch, BatchResult, Next, Write};
 pub use connect::redact as redact_url;
 pub use lock::{LockError, MasterLock};
 pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
+pub use sweeps::{StoredSweep, SweepInsert};
 
 use sqlx::AnyPool;
 

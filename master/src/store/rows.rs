@@ -9,6 +9,8 @@ use super::{Result, StoreError};
 use crate::model::{
     Attempt, AttemptOutcome, CheckpointView, HostRecord, StoredCheckpoint, Task, TaskStatus,
 };
+use crate::search::spec::Direction;
+use crate::search::{SweepRecord, TrialRow};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use trainyard_proto::messages::Checkpoint;
@@ -307,4 +309,45 @@ pub(super) fn status_count(row: &AnyRow) -> Result<(TaskStatus, u64)> {
     let c = Cells::named(row, "the status counts".into());
     let count = c.i64("count")?;
     Ok((c.status("status")?, u64::try_from(count).unwrap_or(0)))
+}
+
+/// The columns [`sweep`] reads.
+pub(super) const SWEEP_COLUMNS: &str =
+    "id, name, adapter, kind, metric, direction, created_at_ms, cancelled_at_ms";
+
+/// The columns [`trial`] reads, from `sweep_trials` joined with `tasks`.
+pub(super) const TRIAL_COLUMNS: &str =
+    "st.task_id, st.config, st.seed, st.stopped_at, t.status, t.result, t.progress";
+
+pub(super) fn sweep(row: &AnyRow) -> Result<SweepRecord> {
+    let c = Cells::named(row, "a sweep row".into());
+    let id = c.opt_u64("id")?.unwrap_or_default();
+    let c = Cells::named(row, format!("sweep {id}"));
+    let direction = c.text("direction")?;
+    Ok(SweepRecord {
+        id,
+        name: c.opt_text("name")?,
+        adapter: c.text("adapter")?,
+        kind: c.text("kind")?,
+        metric: c.text("metric")?,
+        direction: Direction::parse(&direction)
+            .ok_or_else(|| c.corrupt("direction", format!("unknown direction {direction:?}")))?,
+        created_at_ms: c.i64("created_at_ms")?,
+        cancelled_at_ms: c.opt_i64("cancelled_at_ms")?,
+    })
+}
+
+pub(super) fn trial(row: &AnyRow) -> Result<TrialRow> {
+    let c = Cells::named(row, "a sweep trial row".into());
+    let task = c.task_id("task_id")?;
+    let c = Cells::named(row, format!("the trial of task {task}"));
+    Ok(TrialRow {
+        task,
+        config: c.u32("config")? as usize,
+        seed: c.i64("seed")?,
+        stopped_at: c.opt_u64("stopped_at")?,
+        status: c.status("status")?,
+        result: c.json("result")?,
+        progress: c.json("progress")?,
+    })
 }

@@ -105,6 +105,7 @@ async fn submit(store: &Store, tasks: Vec<NewTask>) -> Vec<TaskId> {
     let n = tasks.len();
     let result = store
         .apply(&Batch {
+            sweeps: vec![],
             inserts: tasks,
             writes: vec![],
             now_ms: NOW,
@@ -119,6 +120,7 @@ async fn apply(store: &Store, now_ms: i64, writes: Vec<Write>) -> Vec<bool> {
     let n = writes.len();
     let result = store
         .apply(&Batch {
+            sweeps: vec![],
             inserts: vec![],
             writes,
             now_ms,
@@ -635,6 +637,7 @@ async fn one_batch_mixes_applied_and_refused_writes_in_order(store: Store) {
     .await;
     let result = store
         .apply(&Batch {
+            sweeps: vec![],
             inserts: vec![new_task("dqn", 1)],
             writes: vec![
                 // One task through its whole life in one batch: order kept.
@@ -700,6 +703,7 @@ async fn a_failed_batch_leaves_nothing_behind(store: Store) {
     let before = store.status_counts().await.unwrap();
     let err = store
         .apply(&Batch {
+            sweeps: vec![],
             inserts: vec![new_task("ppo", 0)],
             writes: vec![
                 Write::CancelPending { task: ids[0] },

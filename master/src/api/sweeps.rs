@@ -1,0 +1,198 @@
+//! Sweep endpoints: create (the spec, expanded and checked before anything
+//! is stored; the sweep and its trials stored in one transaction), list,
+//! show (ranked over seeds), cancel (the sweep, then its unfinished trials).
+
+use super::error::{ApiError, Body};
+use super::tasks::{SubmitTask, MAX_BATCH};
+use super::AppState;
+use crate::model::NewTask;
+use crate::scheduler::{CancelOutcome, SubmitError};
+use crate::search::spec::{self, Expansion, SweepSpec};
+use crate::search::{self, NewSweep, SweepDetail, SweepId, SweepSummary};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Checks a spec and turns it into the sweep and its trials' tasks.
+fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<NewTask>), String> {
+    let spec = spec.with_seed(rand::random());
+    let Expansion {
+        configs, trials, ..
+    } = spec::expand(&spec, MAX_BATCH)?;
+    let resources = || {
+        spec.resources
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| format!("\"resources\": {e}"))
+    };
+    let tasks = trials
+        .iter()
+        .map(|t| {
+            SubmitTask {
+                adapter: spec.adapter.clone(),
+                kind: spec.kind.clone(),
+                params: Some(Value::Object(t.params.clone())),
+                priority: spec.priority,
+                max_attempts: spec.max_attempts,
+                timeout_secs: spec.timeout_secs,
+                name: spec.name.clone(),
+                resources: resources()?,
+            }
+            .validate(default_max_attempts)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sweep = NewSweep {
+        name: spec.name.clone(),
+        adapter: tasks[0].adapter.clone(),
+        kind: String::new(),
+        spec: serde_json::to_string(&spec).map_err(|e| e.to_string())?,
+        configs: serde_json::to_string(&configs).map_err(|e| e.to_string())?,
+        metric: spec.metric.trim().to_string(),
+        direction: spec.direction,
+        trials: trials.iter().map(|t| (t.config, t.seed)).collect(),
+    };
+    Ok((sweep, tasks))
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    Body(spec): Body<SweepSpec>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let (sweep, tasks) = plan(spec, app.default_max_attempts).map_err(ApiError::unprocessable)?;
+    let reported = app.store.reported_metrics(&sweep.adapter).await?;
+    if !reported.is_empty() && !reported.contains(&sweep.metric) {
+        return Err(ApiError::unprocessable(format!(
+            "{} never reported a metric {:?}; its completed tasks report {}",
+            sweep.adapter,
+            sweep.metric,
+            reported.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let metric_checked = !reported.is_empty();
+    let configs = serde_json::from_str::<Vec<Value>>(&sweep.configs).map_or(0, |c| c.len());
+    let created = app
+        .scheduler
+        .create_sweep(sweep, tasks)
+        .await
+        .map_err(|e| match e {
+            SubmitError::Unavailable(m) => ApiError::unavailable(m),
+            other => ApiError::unprocessable(other.to_string()),
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "id": created.id,
+            "configs": configs,
+            "trials": created.tasks.len(),
+            "tasks": created.tasks,
+            "metric_checked": metric_checked,
+        })),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    pub limit: Option<u32>,
+    pub before: Option<SweepId>,
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let found = app.store.sweeps(q.limit.unwrap_or(100), q.before).await?;
+    let sweeps: Vec<SweepSummary> = found
+        .into_iter()
+        .map(|(record, trials)| search::summary(record, &trials))
+        .collect();
+    Ok(Json(json!({ "sweeps": sweeps })))
+}
+
+pub async fn show(
+    State(app): State<AppState>,
+    Path(id): Path<SweepId>,
+) -> Result<Json<SweepDetail>, ApiError> {
+    let Some(s) = app.store.sweep(id).await? else {
+        return Err(ApiError::not_found(format!("no sweep {id}")));
+    };
+    Ok(Json(search::detail(
+        s.record, s.spec, &s.configs, &s.trials,
+    )))
+}
+
+/// Marks the sweep cancelled first, so that a master that dies before its
+/// trials are all cancelled finishes the job at its next start.
+pub async fn cancel(
+    State(app): State<AppState>,
+    Path(id): Path<SweepId>,
+) -> Result<Json<Value>, ApiError> {
+    if !app
+        .store
+        .cancel_sweep(id, trainyard_proto::now_ms())
+        .await?
+    {
+        return Err(ApiError::not_found(format!("no sweep {id}")));
+    }
+    let Some(s) = app.store.sweep(id).await? else {
+        return Err(ApiError::not_found(format!("no sweep {id}")));
+    };
+    let unfinished: Vec<_> = s
+        .trials
+        .iter()
+        .filter(|t| !t.status.is_terminal())
+        .map(|t| t.task)
+        .collect();
+    let outcomes = app.scheduler.cancel_many(&unfinished).await?;
+    let count = |o: CancelOutcome| outcomes.iter().filter(|x| **x == o).count();
+    if count(CancelOutcome::Unavailable) > 0 {
+        return Err(ApiError::unavailable(
+            "the sweep is marked cancelled, but some trials could not be cancelled yet; \
+             the master retries, or cancel again",
+        ));
+    }
+    Ok(Json(json!({
+        "id": id,
+        "cancelled": count(CancelOutcome::Cancelled),
+        "cancel_requested": count(CancelOutcome::CancelRequested),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_becomes_a_sweep_and_one_task_per_trial() {
+        let spec: SweepSpec = serde_json::from_value(json!({
+            "adapter": "python-trainer", "metric": "mean_return", "seeds": 3,
+            "grid": {"learning_rate": [0.1, 0.5]}, "params": {"episodes": 40},
+            "resources": {"cpus": 0.5}, "priority": 2
+        }))
+        .unwrap();
+        let (sweep, tasks) = plan(spec, 3).unwrap();
+        assert_eq!(tasks.len(), 6);
+        assert_eq!(sweep.trials.len(), 6);
+        assert!(tasks
+            .iter()
+            .all(|t| t.priority == 2 && t.resources.cpus == Some(0.5)));
+        let stored: Value = serde_json::from_str(&sweep.spec).unwrap();
+        assert!(stored["sweep_seed"].is_u64(), "{stored}");
+        assert_eq!(
+            sweep.configs,
+            r#"[{"learning_rate":0.1},{"learning_rate":0.5}]"#
+        );
+    }
+
+    #[test]
+    fn a_bad_trial_setting_refuses_the_whole_sweep() {
+        let spec: SweepSpec = serde_json::from_value(json!({
+            "adapter": "python-trainer", "metric": "m", "max_attempts": 0
+        }))
+        .unwrap();
+        assert!(plan(spec, 3).unwrap_err().contains("max_attempts"));
+    }
+}
