@@ -334,7 +334,7 @@ pub fn render_sweep(d: &SweepDetail) -> String {
         s.sweep.kind,
         s.sweep.metric,
         s.sweep.direction.as_str(),
-        s.trials,
+        s.trial_count,
         counts(s),
     );
     if let Some(seed) = d.spec.get("sweep_seed") {

@@ -31,7 +31,7 @@ pub fn render_sweeps_table(sweeps: &[SweepSummary]) -> String {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
-                format!("{}: {}", s.trials, counts(s)),
+                format!("{}: {}", s.trial_count, counts(s)),
                 format::timestamp(s.sweep.created_at_ms),
             ]
         })

@@ -92,7 +92,7 @@ pub struct SweepSummary {
     #[serde(flatten)]
     pub sweep: SweepRecord,
     pub state: SweepState,
-    pub trials: usize,
+    pub trial_count: usize,
     /// Trials by state.
     pub counts: BTreeMap<TrialState, usize>,
 }
@@ -155,7 +155,7 @@ pub fn summary(sweep: SweepRecord, trials: &[TrialRow]) -> SweepSummary {
     SweepSummary {
         sweep,
         state,
-        trials: trials.len(),
+        trial_count: trials.len(),
         counts,
     }
 }
@@ -187,5 +187,63 @@ pub fn detail(
         spec,
         ranking,
         trials: views,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_sweep_reads_back_as_the_api_wrote_it() {
+        let record = SweepRecord {
+            id: 3,
+            name: Some("lr".into()),
+            adapter: "python-trainer".into(),
+            kind: "q-learning".into(),
+            metric: "mean_return".into(),
+            direction: Direction::Max,
+            created_at_ms: 1,
+            cancelled_at_ms: None,
+        };
+        let result = ResultView {
+            metrics: [("mean_return".to_string(), 0.5)].into(),
+            ..ResultView::default()
+        };
+        let trials = [
+            TrialRow {
+                task: 10,
+                config: 0,
+                seed: 0,
+                stopped_at: None,
+                status: TaskStatus::Completed,
+                result: Some(result),
+                progress: None,
+            },
+            TrialRow {
+                task: 11,
+                config: 1,
+                seed: 0,
+                stopped_at: Some(40),
+                status: TaskStatus::Cancelled,
+                result: None,
+                progress: None,
+            },
+        ];
+        let configs =
+            [json!({"lr": 0.1}), json!({"lr": 0.3})].map(|c| c.as_object().unwrap().clone());
+        let d = detail(record, json!({"sweep_seed": 7}), &configs, &trials);
+        assert_eq!(d.summary.state, SweepState::Finished);
+        assert_eq!(d.ranking.best, Some(0));
+        assert_eq!(d.trials[1].state, TrialState::StoppedEarly);
+        let text = serde_json::to_string(&d).unwrap();
+        let back: SweepDetail = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, d);
+        let listed = serde_json::to_string(&d.summary).unwrap();
+        assert_eq!(
+            serde_json::from_str::<SweepSummary>(&listed).unwrap(),
+            d.summary
+        );
     }
 }
