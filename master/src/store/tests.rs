@@ -195,10 +195,14 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(
-        migrations, 3,
-        "each of the three migrations is recorded once"
-    );
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/sqlite"))
+        .unwrap()
+        .filter(|f| {
+            f.as_ref()
+                .is_ok_and(|f| f.path().extension().is_some_and(|e| e == "sql"))
+        })
+        .count() as i64;
+    assert_eq!(migrations, files, "each migration is recorded once");
     let pending = again.pending().await.unwrap();
     assert_eq!(
         pending.iter().map(|t| t.id).collect::<Vec<_>>(),
