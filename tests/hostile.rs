@@ -372,10 +372,9 @@ fn broken_adapters(
         dir.join("core.wasm"),
         common::adapter("wrong-version"),
     ] {
-        s.host.adapters.push(trainyard::settings::AdapterEntry {
-            path,
-            programs: vec![],
-        });
+        s.host
+            .adapters
+            .push(trainyard::settings::AdapterEntry::new(path, &[]));
     }
     s.host.on_adapter_error = policy;
 }
