@@ -4,9 +4,10 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-# Tests create (and drop) databases of their own on this PostgreSQL server.
-TRAINYARD_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
-export TRAINYARD_TEST_DATABASE_URL
+# Tests create (and drop) databases of their own on a PostgreSQL server: the
+# one of TRAINYARD_TEST_DATABASE_URL when it is set, else a private server
+# that scripts/with_postgres.py starts for the run and stops afterwards.
+WITH_POSTGRES := python3 scripts/with_postgres.py
 
 .PHONY: demo test bench build adapters prerequisites fmt clippy clean
 
@@ -33,18 +34,16 @@ demo: build
 test: adapters
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
-	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
 	@CARGO=$(CARGO) scripts/check_no_test_machinery.sh
-	$(CARGO) test --workspace --no-fail-fast
+	$(WITH_POSTGRES) -- $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory -C adapters test
 
 # Every benchmark at full size, in release mode; the table also goes to
 # target/bench.md. Not a test: figures are reported, never asserted.
 bench: adapters
 	@command -v redis-server >/dev/null || { echo "redis-server not found: install the Debian package redis-server"; exit 1; }
-	@python3 scripts/check_postgres.py "$$TRAINYARD_TEST_DATABASE_URL"
 	$(CARGO) build --release --workspace --bins
-	./target/release/trainyard-bench all --markdown target/bench.md
+	$(WITH_POSTGRES) --durable -- ./target/release/trainyard-bench all --markdown target/bench.md
 
 fmt:
 	$(CARGO) fmt --all

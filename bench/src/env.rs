@@ -77,9 +77,11 @@ impl BenchEnv {
     pub async fn stage(&self, name: &str, backend: &str) -> anyhow::Result<Stage> {
         if backend == "postgres" && std::env::var("TRAINYARD_TEST_DATABASE_URL").is_err() {
             bail!(
-                "PostgreSQL benchmarks need TRAINYARD_TEST_DATABASE_URL, e.g. \
-                 postgres://postgres@127.0.0.1:5432/test (Debian package `postgresql`); \
-                 `make bench` sets it to the local server; or pass --backends sqlite"
+                "PostgreSQL benchmarks need TRAINYARD_TEST_DATABASE_URL: run them through \
+                 `make bench` or `python3 scripts/with_postgres.py --durable -- \
+                 trainyard-bench …`, which start a private server (Debian package \
+                 `postgresql`), set it to a server where they may create databases, \
+                 or pass --backends sqlite"
             );
         }
         let redis = RedisServer::start();

@@ -5,8 +5,10 @@
 //!   as `trainyard demo`'s private Redis).
 //! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
 //! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
-//!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`; a test that
-//!   needs it fails with a message saying so when it is missing or down.
+//!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`, which `make
+//!   test` points at a private server (`scripts/with_postgres.py`) unless it
+//!   is already set; a test that needs it fails with a message saying so when
+//!   it is missing or down.
 //!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
@@ -89,9 +91,10 @@ pub fn postgres_admin_url() -> String {
     match std::env::var("TRAINYARD_TEST_DATABASE_URL") {
         Ok(url) if !url.is_empty() => url,
         _ => panic!(
-            "this test needs PostgreSQL: set TRAINYARD_TEST_DATABASE_URL, e.g. \
-             postgres://postgres@127.0.0.1:5432/test (Debian package `postgresql`); \
-             `make test` sets it to the local server"
+            "this test needs PostgreSQL: run it through `make test` or \
+             `python3 scripts/with_postgres.py -- cargo test …`, which start a private \
+             server (Debian package `postgresql`), or set TRAINYARD_TEST_DATABASE_URL \
+             to a server where tests may create databases"
         ),
     }
 }

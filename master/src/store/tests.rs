@@ -1,8 +1,8 @@
 //! The store against real databases: every behaviour is written once as an
 //! `async fn(Store)` and run on a fresh SQLite file and on a fresh PostgreSQL
-//! database (`TRAINYARD_TEST_DATABASE_URL`, e.g.
-//! `postgres://postgres@127.0.0.1:5432/test`; the PostgreSQL variants fail,
-//! saying so, when it is unset).
+//! database (on the server of `TRAINYARD_TEST_DATABASE_URL`, which `make
+//! test` starts privately when unset; the PostgreSQL variants fail, saying
+//! so, when it is unset).
 
 use super::*;
 use crate::model::{
