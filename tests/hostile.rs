@@ -234,6 +234,9 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
             "CUDA_VISIBLE_DEVICES",
             "TRAINYARD_GPUS",
             "TRAINYARD_TRACE_DIR",
+            // Set by the host to the attempt's workspace and its tmp/.
+            "HOME",
+            "TMPDIR",
             "PWD",
             "SHLVL",
             "_",

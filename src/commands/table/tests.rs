@@ -244,7 +244,7 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         "{text}"
     );
     assert!(lines[1].contains("1/2"), "one of two GPUs busy: {text}");
-    assert_eq!(&lines[1][columns[5]..columns[5] + 8], "3@1, 8@2");
+    assert_eq!(&lines[1][columns[6]..columns[6] + 8], "3@1, 8@2");
     assert!(lines[1].ends_with("1s ago"), "{text}");
     assert_eq!(&lines[2][columns[1]..columns[1] + 2], "no");
     assert!(lines[2].contains("-/2"), "{text}");
