@@ -21,6 +21,7 @@
 //!   [`storm`], [`sweep`], [`memory`].
 
 pub mod adapter;
+pub mod containment;
 pub mod dispatch;
 pub mod env;
 pub mod fleet;
@@ -53,6 +54,8 @@ pub enum Bench {
     Sweep,
     /// Host RSS idle and per task; master RSS with 1,000 hosts, 100,000 tasks.
     Memory,
+    /// What containment adds to one attempt, next to `python3 -c pass`.
+    Containment,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -101,7 +104,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 7] = [
+    let steps: [(Bench, &str); 8] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -109,6 +112,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Storm, "storm"),
         (Bench::Sweep, "sweep"),
         (Bench::Memory, "memory"),
+        (Bench::Containment, "containment"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -123,6 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Storm => storm::run(&env).await,
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,
+            Bench::Containment => containment::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

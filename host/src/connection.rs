@@ -34,6 +34,8 @@ pub struct ConnectionConfig {
     pub secret: ClusterSecret,
     pub timers: Timers,
     pub max_frame: usize,
+    /// The containment layers the host enforces.
+    pub containment: Vec<String>,
 }
 
 /// Observers of connection attempts (tests measure reconnect spread with it).
@@ -166,6 +168,7 @@ async fn handshake(
         nonce: host_nonce.clone(),
         proof,
         agent: format!("trainyard-host {}", env!("CARGO_PKG_VERSION")),
+        containment: config.containment.clone(),
     };
     frames
         .send(HostMessage::Hello(hello))
