@@ -53,6 +53,8 @@ pub enum Bench {
     Sweep,
     /// Host RSS idle and per task; master RSS with 1,000 hosts, 100,000 tasks.
     Memory,
+    /// Dispatch throughput over plain TCP and over TLS (SQLite).
+    Tls,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -101,7 +103,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 7] = [
+    let steps: [(Bench, &str); 8] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -109,6 +111,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Storm, "storm"),
         (Bench::Sweep, "sweep"),
         (Bench::Memory, "memory"),
+        (Bench::Tls, "tls"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -123,6 +126,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Storm => storm::run(&env).await,
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,
+            Bench::Tls => dispatch::run_tls(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {
