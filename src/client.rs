@@ -51,6 +51,9 @@ pub struct HostView {
     pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
+    /// The containment layers it enforces on trainers (while connected).
+    #[serde(default)]
+    pub containment: Vec<String>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningView>,
 }

@@ -8,6 +8,7 @@ use crate::settings::Settings;
 use anyhow::{bail, Context};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -198,6 +199,31 @@ impl Drop for Process {
     }
 }
 
+/// The search path of the cluster's processes (and so of its trainers).
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A cgroup parent of the cluster's own, so clusters on one machine (tests
+/// run several at once, with the same host ids) never touch each other's
+/// attempts.
+fn cgroup_parent(dir: &Path) -> String {
+    let name: String = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    format!("trainyard/cluster-{name}")
+}
+
+/// Removes the cluster's cgroup parent once its hosts are gone (they remove
+/// their own directories under it).
+pub fn remove_cgroup_parent(settings: &Settings) {
+    trainyard_host::containment::cgroup::remove_empty_tree(
+        &settings.host.containment.cgroup_parent,
+    );
+}
+
 /// A cluster's directory and settings; processes are started from it.
 pub struct Cluster {
     pub dir: PathBuf,
@@ -219,6 +245,9 @@ impl Cluster {
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
+        // Trainers run as another user and must pass through to their
+        // workspaces under `work/`; the files here stay private (0600).
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))?;
         let mut s = Settings {
             data_dir: dir.clone(),
             redis_url: redis_url.to_string(),
@@ -236,12 +265,15 @@ impl Cluster {
         s.host.work_dir = dir.join("work");
         s.host.cache_dir = Some(dir.join("cache"));
         s.host.supervisor = Some(bins.supervisor.clone());
+        s.host.containment.cgroup_parent = cgroup_parent(&dir);
         Ok(Self {
             config_path: dir.join("config.toml"),
             dir,
             bins,
             settings: s,
-            env: vec![],
+            // The system's programs: trainers run as an unprivileged user,
+            // who cannot reach a `python3` installed in a home directory.
+            env: vec![("PATH".into(), SYSTEM_PATH.into())],
         })
     }
 

@@ -55,10 +55,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let database_url = format!("sqlite://{}", db.display());
     let mut cluster = Cluster::new(&dir, bins, &redis_url, &database_url)?;
     cluster.settings.redis_key_prefix = format!("demo-{stamp}:");
-    cluster.settings.host.adapters = vec![crate::settings::AdapterEntry {
-        path: trainer.canonicalize()?,
-        programs: vec!["python3".into()],
-    }];
+    cluster.settings.host.adapters = vec![crate::settings::AdapterEntry::new(
+        trainer.canonicalize()?,
+        &["python3"],
+    )];
     cluster.write_config()?;
     cluster.env.push((
         "RUST_LOG".into(),
@@ -71,6 +71,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     for p in processes.iter_mut().rev() {
         p.stop(Duration::from_secs(10));
     }
+    crate::cluster::remove_cgroup_parent(&cluster.settings);
     if !args.keep && outcome.as_ref().is_ok_and(|ok| *ok) {
         let _ = std::fs::remove_dir_all(&dir);
     } else {

@@ -86,8 +86,10 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
         .map(|a| AdapterConfig {
             path: a.path.clone(),
             programs: a.programs.clone(),
+            containment: a.containment(),
         })
         .collect();
+    config.containment = s.host.containment.clone();
     config.on_adapter_error = match s.host.on_adapter_error {
         OnAdapterError::Refuse => trainyard_host::config::OnAdapterError::Refuse,
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,

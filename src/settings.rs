@@ -130,6 +130,8 @@ pub struct HostSection {
     pub adapter_log_records: u32,
     pub adapter_log_bytes: usize,
     pub resources: trainyard_host::config::ResourceSettings,
+    /// How trainers are contained (`[host.containment]`).
+    pub containment: trainyard_host::containment::ContainmentSettings,
     pub adapters: Vec<AdapterEntry>,
 }
 
@@ -146,6 +148,43 @@ pub struct AdapterEntry {
     pub path: PathBuf,
     #[serde(default)]
     pub programs: Vec<String>,
+    /// `"none"` (a loopback of their own) or `"host"`: whether this
+    /// adapter's trainers may use the host's network.
+    #[serde(default)]
+    pub network: trainyard_host::containment::NetworkMode,
+    /// Paths its trainers may read, besides the host's defaults.
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
+    /// Paths its trainers may write, besides their workspace.
+    #[serde(default)]
+    pub read_write: Vec<PathBuf>,
+    /// Overrides of `[host.containment.limits]` for its trainers.
+    #[serde(default)]
+    pub limits: trainyard_host::containment::Limits,
+}
+
+impl AdapterEntry {
+    /// An entry with the host's defaults for everything but its programs.
+    pub fn new(path: impl Into<PathBuf>, programs: &[&str]) -> AdapterEntry {
+        AdapterEntry {
+            path: path.into(),
+            programs: programs.iter().map(|p| p.to_string()).collect(),
+            network: Default::default(),
+            read_only: vec![],
+            read_write: vec![],
+            limits: Default::default(),
+        }
+    }
+
+    /// Its containment settings, as the host takes them.
+    pub fn containment(&self) -> trainyard_host::containment::AdapterContainment {
+        trainyard_host::containment::AdapterContainment {
+            network: self.network,
+            read_only: self.read_only.clone(),
+            read_write: self.read_write.clone(),
+            limits: self.limits.clone(),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -205,7 +244,7 @@ impl Default for HostSection {
             id: None,
             master: "127.0.0.1:7700".into(),
             slots: 2,
-            work_dir: "data/work".into(),
+            work_dir: "work".into(),
             cache_dir: Some("data/cache".into()),
             on_adapter_error: OnAdapterError::Refuse,
             supervisor: None,
@@ -223,15 +262,10 @@ impl Default for HostSection {
             adapter_log_records: 1000,
             adapter_log_bytes: 1 << 20,
             resources: Default::default(),
+            containment: Default::default(),
             adapters: vec![
-                AdapterEntry {
-                    path: "adapters/dist/python-trainer.wasm".into(),
-                    programs: vec!["python3".into()],
-                },
-                AdapterEntry {
-                    path: "adapters/dist/noop.wasm".into(),
-                    programs: vec!["true".into()],
-                },
+                AdapterEntry::new("adapters/dist/python-trainer.wasm", &["python3"]),
+                AdapterEntry::new("adapters/dist/noop.wasm", &["true"]),
             ],
         }
     }

@@ -234,6 +234,9 @@ async fn a_trainer_sees_only_the_environment_its_adapter_and_operator_gave_it() 
             "CUDA_VISIBLE_DEVICES",
             "TRAINYARD_GPUS",
             "TRAINYARD_TRACE_DIR",
+            // Set by the host to the attempt's workspace and its tmp/.
+            "HOME",
+            "TMPDIR",
             "PWD",
             "SHLVL",
             "_",
@@ -372,10 +375,9 @@ fn broken_adapters(
         dir.join("core.wasm"),
         common::adapter("wrong-version"),
     ] {
-        s.host.adapters.push(trainyard::settings::AdapterEntry {
-            path,
-            programs: vec![],
-        });
+        s.host
+            .adapters
+            .push(trainyard::settings::AdapterEntry::new(path, &[]));
     }
     s.host.on_adapter_error = policy;
 }

@@ -62,6 +62,7 @@ impl Fleet {
                 .map(|(path, programs)| AdapterConfig {
                     path: path.clone(),
                     programs: programs.clone(),
+                    containment: Default::default(),
                 })
                 .collect();
             let log = journal.clone();

@@ -21,6 +21,7 @@
 //!   [`storm`], [`sweep`], [`memory`].
 
 pub mod adapter;
+pub mod containment;
 pub mod dispatch;
 pub mod env;
 pub mod fleet;
@@ -55,6 +56,8 @@ pub enum Bench {
     Memory,
     /// Dispatch throughput over plain TCP and over TLS (SQLite).
     Tls,
+    /// What containment adds to one attempt, next to `python3 -c pass`.
+    Containment,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -103,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 8] = [
+    let steps: [(Bench, &str); 9] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -112,6 +115,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Sweep, "sweep"),
         (Bench::Memory, "memory"),
         (Bench::Tls, "tls"),
+        (Bench::Containment, "containment"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -127,6 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,
             Bench::Tls => dispatch::run_tls(&env).await,
+            Bench::Containment => containment::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

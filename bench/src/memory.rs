@@ -23,10 +23,10 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let mut stage = env.stage("memory", "sqlite").await?;
     let c = &mut stage.cluster;
     c.settings.host.slots = busy_slots as u32;
-    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry {
-        path: env.adapter("python-trainer"),
-        programs: vec!["python3".into()],
-    }];
+    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry::new(
+        env.adapter("python-trainer"),
+        &["python3"],
+    )];
     c.write_config()?;
 
     // The tasks in the table before the master starts: queued for an

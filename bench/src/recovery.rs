@@ -61,10 +61,10 @@ async fn timers_run(
     let c = &mut stage.cluster;
     c.settings.timers = timers.clone();
     c.settings.host.slots = 1;
-    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry {
-        path: env.adapter("python-trainer"),
-        programs: vec!["python3".into()],
-    }];
+    c.settings.host.adapters = vec![trainyard::settings::AdapterEntry::new(
+        env.adapter("python-trainer"),
+        &["python3"],
+    )];
     c.write_config()?;
     let _master = c.spawn_master()?;
     let client = c.wait_for_master(Duration::from_secs(30)).await?;

@@ -17,6 +17,7 @@
 use crate::agent::AttemptEvent;
 use crate::lease::{Acquired, LeaseLayer};
 use crate::plan::{self, Allowlist};
+use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer};
 use crate::renewer::{LeaseBook, LeaseState};
 use crate::runtime::{
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate};
+use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, WorkerId};
 
@@ -51,6 +53,8 @@ pub struct AttemptEnv {
     /// The trainer environment every attempt starts from (pass-through and
     /// operator variables), computed once.
     pub base_env: Arc<Vec<(String, String)>>,
+    /// The containment layers this host enforces.
+    pub enforcement: Arc<crate::containment::Enforcement>,
 }
 
 /// An adapter with the programs it may launch.
@@ -58,6 +62,8 @@ pub struct AttemptEnv {
 pub struct Adapter {
     pub loaded: LoadedAdapter,
     pub allowlist: Arc<Allowlist>,
+    /// How its trainers are contained beyond the host's defaults.
+    pub containment: Arc<crate::containment::AdapterContainment>,
 }
 
 /// Runs the attempt to its end, with the devices and share in
@@ -126,7 +132,6 @@ pub async fn run(
     let mut run = Run {
         env: &env,
         attempt,
-        slot,
         assignment: &assignment,
         events: &events,
         progress: Throttle::new(env.config.progress_interval),
@@ -150,16 +155,39 @@ pub async fn run(
         // The report still goes over the connection; the lease runs out.
         tracing::warn!(%attempt, error = %e, "could not release the lease and store the report in Redis");
     }
-    // Emptied before the slot is free: its next attempt reuses the directory.
+    // Removed before the slot is free; every attempt gets a new one.
     if let Some(ws) = workspace {
         if !env.config.keep_workspaces {
-            if let Err(e) = ws.clear() {
-                tracing::warn!(%attempt, error = %e, "could not empty the workspace");
+            if let Err(e) = ws.remove() {
+                tracing::warn!(%attempt, error = %e, "could not remove the workspace");
             }
         }
     }
     tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
     let _ = events.send(AttemptEvent::Finished { slot, report }).await;
+}
+
+/// `HOME` and `TMPDIR` for a trainer: its workspace, so libraries that cache
+/// or write temporary files stay inside it.
+fn trainer_home(workspace: &std::path::Path, tmp: &std::path::Path) -> [(String, String); 2] {
+    [
+        ("HOME".into(), workspace.display().to_string()),
+        ("TMPDIR".into(), tmp.display().to_string()),
+    ]
+}
+
+/// The failure message of an attempt that went over a limit.
+fn describe_breach(breach: LimitBreach) -> String {
+    match breach {
+        LimitBreach::Memory { limit_bytes } => format!(
+            "memory limit {} exceeded: the kernel killed the trainer",
+            memory_text(limit_bytes)
+        ),
+        LimitBreach::Disk { limit_bytes } => format!(
+            "disk quota {} exceeded: the workspace grew past it and the trainer was stopped",
+            memory_text(limit_bytes)
+        ),
+    }
 }
 
 pub fn outcome_name(o: &Outcome) -> &'static str {
@@ -196,8 +224,6 @@ enum Ended {
 struct Run<'a> {
     env: &'a AttemptEnv,
     attempt: AttemptRef,
-    /// The host's slot the attempt runs in.
-    slot: u32,
     /// Its devices and share, handed to the trainer.
     assignment: &'a Assignment,
     events: &'a mpsc::Sender<AttemptEvent>,
@@ -213,14 +239,7 @@ impl Run<'_> {
         lease: &mut tokio::sync::watch::Receiver<LeaseState>,
     ) -> (Outcome, Option<Workspace>) {
         let config = &self.env.config;
-        // Kept workspaces are per attempt, for looking at afterwards; the
-        // others are the slot's, emptied between attempts.
-        let workspace = if config.keep_workspaces {
-            Workspace::create(&config.work_dir, self.attempt)
-        } else {
-            Workspace::for_slot(&config.work_dir, config.id.as_str(), self.slot)
-        };
-        let workspace = match workspace {
+        let workspace = match Workspace::create(&config.work_dir, self.attempt) {
             Ok(w) => w,
             Err(e) => {
                 return (
@@ -314,6 +333,23 @@ impl Run<'_> {
         // The devices and share are the host's to say, whoever set them.
         env.retain(|(n, _)| !Assignment::reserved_variable(n));
         env.extend(self.assignment.env());
+        let enforcement = &self.env.enforcement;
+        let tmp = match workspace.hand_over(enforcement.credentials()) {
+            Ok(tmp) => tmp,
+            Err(e) => return failed(format!("cannot prepare the workspace: {e}"), true),
+        };
+        for (name, value) in trainer_home(workspace.path(), &tmp) {
+            if !env.iter().any(|(n, _)| *n == name) {
+                env.push((name, value));
+            }
+        }
+        let confinement = enforcement.confine(
+            &format!("{}-{}", self.attempt.task, self.attempt.attempt),
+            workspace.path(),
+            &command.executable,
+            &adapter.containment,
+            self.assignment,
+        );
         let spec = LaunchSpec {
             executable: command.executable,
             program_name: command.program,
@@ -323,6 +359,7 @@ impl Run<'_> {
             supervisor: config.supervisor.clone(),
             max_line_bytes: config.max_line_bytes,
             stderr_tail_bytes: config.stderr_tail_bytes,
+            confinement: Some(confinement),
         };
         let initial = match *lease.borrow() {
             LeaseState::Held(d) => d,
@@ -428,6 +465,9 @@ impl Run<'_> {
             }
             Some(Ended::AdapterFault(message)) => return failed(message, false),
             None => {}
+        }
+        if let Some(breach) = exit.breach {
+            return failed(describe_breach(breach), false);
         }
         let status = match exit.status {
             ExitKind::Exited(code) => ExitStatus::Exited(code),

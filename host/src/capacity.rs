@@ -215,7 +215,7 @@ mod tests {
             ..Default::default()
         };
         let err = l.assign(AttemptRef::new(3, 1), &mem).unwrap_err().0;
-        assert!(err.contains("2.0 GiB of 8.0 GiB free"), "{err}");
+        assert!(err.contains("2 GiB of 8 GiB free"), "{err}");
         // A task that asked for nothing gets no share and no device.
         let none = l
             .assign(AttemptRef::new(4, 1), &ResourceRequest::default())

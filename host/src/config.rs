@@ -1,6 +1,7 @@
 //! The host's settings, as the binary hands them over after merging
 //! `config.toml`, the environment and flags.
 
+use crate::containment::{AdapterContainment, ContainmentSettings};
 use crate::runtime::RuntimeConfig;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,6 +18,8 @@ pub struct AdapterConfig {
     /// host's PATH when the adapter loads) or absolute paths. The adapter
     /// must name one exactly as written here.
     pub programs: Vec<String>,
+    /// Its trainers' network, extra paths and limits.
+    pub containment: AdapterContainment,
 }
 
 /// What to do when an adapter fails to load.
@@ -38,6 +41,8 @@ pub struct HostConfig {
     pub resources: HostCapacity,
     /// Task workspaces live under here.
     pub work_dir: PathBuf,
+    /// How trainers are contained.
+    pub containment: ContainmentSettings,
     pub redis_url: String,
     pub key_prefix: String,
     pub timers: Timers,
@@ -98,6 +103,7 @@ impl HostConfig {
                 gpus: vec![],
             },
             work_dir,
+            containment: ContainmentSettings::default(),
             redis_url,
             key_prefix: String::new(),
             timers: Timers::default(),

@@ -52,6 +52,8 @@ pub struct ConnectionConfig {
     pub max_frame: usize,
     /// TLS, or plain TCP when unset.
     pub tls: Option<MasterTls>,
+    /// The containment layers the host enforces.
+    pub containment: Vec<String>,
 }
 
 /// Observers of connection attempts (tests measure reconnect spread with it).
@@ -212,6 +214,7 @@ async fn handshake(
         nonce: host_nonce.clone(),
         proof,
         agent: format!("trainyard-host {}", env!("CARGO_PKG_VERSION")),
+        containment: config.containment.clone(),
     };
     frames
         .send(HostMessage::Hello(hello))

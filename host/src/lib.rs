@@ -12,6 +12,8 @@
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`plan`]: checks an adapter's launch plan against the operator's policy.
 //! - [`process`]: launching and supervising trainer processes.
+//! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
+//!   user, limits).
 //! - [`workspace`]: the per-attempt workspace directory.
 
 pub mod agent;
@@ -20,6 +22,7 @@ pub mod backoff;
 pub mod capacity;
 pub mod config;
 pub mod connection;
+pub mod containment;
 pub mod lease;
 pub mod plan;
 pub mod process;
@@ -65,6 +68,8 @@ pub enum HostError {
     PoolTooSmall { slots: u32, instances: u32 },
     #[error("invalid [host.resources]: {0}")]
     Resources(String),
+    #[error(transparent)]
+    Containment(#[from] containment::ContainmentError),
 }
 
 /// Loads every configured adapter, applying the operator's policy for the
@@ -84,6 +89,7 @@ pub async fn load_adapters(
             Ok::<_, String>(attempt::Adapter {
                 loaded,
                 allowlist: Arc::new(allowlist),
+                containment: Arc::new(spec.containment.clone()),
             })
         }
         .await;
@@ -121,6 +127,7 @@ pub async fn load_adapters(
 pub struct RunningHost {
     agent: agent::AgentHandle,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    enforcement: containment::Enforcement,
 }
 
 impl RunningHost {
@@ -138,6 +145,7 @@ impl RunningHost {
         for t in self.tasks {
             t.abort();
         }
+        self.enforcement.release();
     }
 }
 
@@ -164,7 +172,7 @@ pub async fn start(
             config.supervisor.display().to_string(),
         ));
     }
-    std::fs::create_dir_all(&config.work_dir).map_err(|source| HostError::WorkDir {
+    workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
         path: config.work_dir.display().to_string(),
         source,
     })?;
@@ -173,6 +181,12 @@ pub async fn start(
         .as_ref()
         .map(|t| master_tls(t, &config.master))
         .transpose()?;
+    let enforcement = containment::Enforcement::probe(
+        &config.containment,
+        &cgroup_dir_name(&config),
+        &config.supervisor,
+        &config.work_dir,
+    )?;
     let adapters = load_adapters(&runtime, &config).await?;
     let redis = Arc::new(
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, config.timers.redis_timeout)
@@ -188,6 +202,7 @@ pub async fn start(
         book: book.clone(),
         base_env: Arc::new(base_env(&config)),
         config: config.clone(),
+        enforcement: Arc::new(enforcement.clone()),
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
@@ -201,6 +216,7 @@ pub async fn start(
         timers: config.timers.clone(),
         max_frame: config.max_frame_bytes,
         tls,
+        containment: enforcement.layers(),
     };
     tracing::info!(
         host = %config.id,
@@ -209,6 +225,7 @@ pub async fn start(
         cpus = config.resources.cpus,
         memory_bytes = config.resources.memory_bytes,
         gpus = ?config.resources.gpus,
+        containment = ?enforcement.layers(),
         backoff = %connection::describe_backoff(&config.timers),
         "host starting"
     );
@@ -233,7 +250,31 @@ pub async fn start(
     Ok(RunningHost {
         agent: handle,
         tasks,
+        enforcement,
     })
+}
+
+/// This host's directory under the cgroup parent: its id, and its key
+/// prefix when it has one, so hosts of different clusters on one machine
+/// never clear each other's attempts.
+fn cgroup_dir_name(config: &HostConfig) -> String {
+    let id = config.id.as_str();
+    let prefix: String = config
+        .key_prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if prefix.is_empty() {
+        id.to_string()
+    } else {
+        format!("{prefix}.{id}")
+    }
 }
 
 /// The environment every trainer starts from: the variables the operator

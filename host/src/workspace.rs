@@ -1,6 +1,7 @@
 //! The per-attempt workspace: a fresh directory `base/<task>-<attempt>` that
 //! is the trainer's working directory and the only place an adapter's files
-//! go.
+//! go. Every attempt gets a new one, removed when it ends, so nothing of an
+//! earlier attempt can still write into it.
 //!
 //! Paths come from adapters and checkpoints, and the directory's content from
 //! a trainer, so none of it is trusted: every access goes through a
@@ -8,6 +9,7 @@
 //! (symlinks included) without ever leaving it. Absolute paths and `..` are
 //! refused up front, with a message saying so.
 
+use crate::containment::Credentials;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, FileType, FileTypeExt, OpenOptions, OpenOptionsExt};
 use std::fs;
@@ -50,6 +52,13 @@ pub enum WorkspaceError {
     Remove { dir: PathBuf, source: io::Error },
 }
 
+/// Makes the directory workspaces live in: others may pass through it
+/// (mode 0711) to reach a workspace handed to them, but not list it.
+pub fn prepare_base(base: &Path) -> io::Result<()> {
+    fs::create_dir_all(base)?;
+    fs::set_permissions(base, fs::Permissions::from_mode(0o711))
+}
+
 impl Workspace {
     /// A fresh, empty directory `base/<task>-<attempt>` (mode 0700),
     /// replacing any leftover of the same name. `base` is created if missing.
@@ -82,33 +91,29 @@ impl Workspace {
         Ok(Workspace { path, dir })
     }
 
-    /// The workspace of one slot of one host, `base/<host>-slot-<n>`, empty:
-    /// kept between the slot's attempts and emptied for each, so a host
-    /// running many short attempts does not create and delete a directory
-    /// for every one (on ext4, inode allocation after heavy churn costs more
-    /// than the rest of a no-work attempt). Falls back to creating it afresh
-    /// if it is missing, not a directory, or cannot be emptied.
-    pub fn for_slot(base: &Path, host: &str, slot: u32) -> Result<Workspace, WorkspaceError> {
-        let path = base.join(format!("{host}-slot-{slot}"));
-        let reusable = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if reusable && empty_tree(&path).is_ok() {
-            let open = || -> io::Result<Dir> {
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
-                Dir::open_ambient_dir(&path, ambient_authority())
-            };
-            if let Ok(dir) = open() {
-                return Ok(Workspace { path, dir });
+    /// Hands the workspace to the trainer's user: it and everything the
+    /// adapter wrote into it become that user's (symbolic links themselves,
+    /// never what they point to), and a `tmp` directory is made for the
+    /// trainer's temporary files.
+    pub fn hand_over(&self, owner: Option<Credentials>) -> Result<PathBuf, WorkspaceError> {
+        let tmp = self.path.join("tmp");
+        let create_error = |source| WorkspaceError::Create {
+            dir: tmp.clone(),
+            source,
+        };
+        match self.dir.create_dir("tmp") {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(create_error(e)),
+        }
+        if let Some(owner) = owner {
+            for entry in walkdir::WalkDir::new(&self.path).follow_links(false) {
+                let entry = entry.map_err(|e| create_error(e.into()))?;
+                std::os::unix::fs::lchown(entry.path(), Some(owner.uid), Some(owner.gid))
+                    .map_err(create_error)?;
             }
         }
-        Self::create_at(base, path)
-    }
-
-    /// Removes everything in the workspace and keeps the directory (see
-    /// [`Workspace::for_slot`]).
-    pub fn clear(self) -> Result<(), WorkspaceError> {
-        let Workspace { path, dir } = self;
-        drop(dir);
-        empty_tree(&path).map_err(|source| WorkspaceError::Remove { dir: path, source })
+        Ok(tmp)
     }
 
     pub fn path(&self) -> &Path {
@@ -278,27 +283,6 @@ fn file_kind(file_type: FileType) -> &'static str {
 /// what they point to. A trainer may have left directories without write
 /// permission, which would stop the removal: those are opened up and the
 /// removal tried again.
-/// Removes the content of a directory, never following a symlink (a
-/// symlink entry is removed, not what it points to).
-fn empty_tree(path: &Path) -> io::Result<()> {
-    let entries = match fs::read_dir(path) {
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            grant_owner_access(path)?;
-            fs::read_dir(path)?
-        }
-        other => other?,
-    };
-    for entry in entries {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            remove_tree(&entry.path())?;
-        } else {
-            fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
-}
-
 fn remove_tree(path: &Path) -> io::Result<()> {
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {

@@ -32,6 +32,7 @@ fn sh(workspace: &Path, script: &str) -> LaunchSpec {
         supervisor: PathBuf::from(SUPERVISOR),
         max_line_bytes: 64 * 1024,
         stderr_tail_bytes: 4096,
+        confinement: None,
     }
 }
 
@@ -588,4 +589,49 @@ async fn the_trainer_reads_dev_null_and_inherits_no_control_socket() {
         !lines.iter().any(|l| l.contains("socket:")),
         "the supervisor's control socket reached the trainer: {lines:?}"
     );
+}
+
+#[tokio::test]
+async fn a_confined_trainer_leaves_no_process_behind_whatever_its_session() {
+    let _guard = shared().await;
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test makes a cgroup, which needs root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cgroup = format!("trainyard/process-test-{}", std::process::id());
+    // A survivor in a session of its own, which a process-group kill misses.
+    let mut spec = sh(
+        dir.path(),
+        "setsid sh -c 'sleep 600 & echo $! > survivor' & wait; sleep 0.1",
+    );
+    spec.confinement = Some(trainyard_host::containment::Confinement {
+        workspace: dir.path().to_path_buf(),
+        cgroup: Some(format!("{cgroup}/attempt")),
+        ..Default::default()
+    });
+    let (trainer, lines) = Trainer::spawn(spec, far_deadline()).await.unwrap();
+    drop(lines);
+    let exit = trainer.wait().await;
+    assert_eq!(exit.status, ExitKind::Exited(0), "{}", exit.stderr_tail);
+    let survivor: i32 = std::fs::read_to_string(dir.path().join("survivor"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{survivor}")).exists(),
+        "the survivor {survivor} outlived its trainer's end"
+    );
+    assert!(
+        !Path::new("/sys/fs/cgroup/pids")
+            .join(&cgroup)
+            .join("attempt")
+            .exists()
+            && !Path::new("/sys/fs/cgroup")
+                .join(&cgroup)
+                .join("attempt")
+                .exists()
+    );
+    trainyard_host::containment::cgroup::remove_empty_tree(&cgroup);
 }

@@ -257,14 +257,12 @@ fn create_makes_a_missing_base_directory() {
 }
 
 #[test]
-fn a_slot_workspace_is_reused_empty_and_never_follows_a_planted_symlink() {
+fn every_attempt_gets_a_fresh_workspace_and_removing_it_never_follows_a_symlink() {
     let base = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("keep.txt"), b"not the workspace's").unwrap();
 
-    let first = Workspace::for_slot(base.path(), "host-1", 3).unwrap();
-    assert_eq!(first.path(), base.path().join("host-1-slot-3"));
-    first.write_file("ckpt/model.pt", b"weights").unwrap();
+    let first = Workspace::create(base.path(), attempt()).unwrap();
     first.write_file("result.json", b"{}").unwrap();
     // What a trainer could leave behind: a symlink to a directory outside,
     // and a directory it made unreadable.
@@ -274,45 +272,40 @@ fn a_slot_workspace_is_reused_empty_and_never_follows_a_planted_symlink() {
     std::fs::write(locked.join("f"), b"x").unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
     let path = first.path().to_path_buf();
-    first.clear().unwrap();
-    assert!(path.is_dir(), "the slot's directory is kept");
-    assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+    let next = Workspace::create(base.path(), AttemptRef::new(17, 3)).unwrap();
+    assert_ne!(
+        next.path(),
+        path,
+        "the next attempt has a directory of its own"
+    );
+    assert_eq!(std::fs::read_dir(next.path()).unwrap().count(), 0);
+    first.remove().unwrap();
+    assert!(!path.exists());
     assert_eq!(
         std::fs::read(outside.path().join("keep.txt")).unwrap(),
         b"not the workspace's",
-        "emptying the workspace must not follow a symlink out of it"
+        "removing the workspace must not follow a symlink out of it"
     );
-
-    // A crash leaves content behind: the next attempt still starts empty.
-    let second = Workspace::for_slot(base.path(), "host-1", 3).unwrap();
-    second.write_file("stale.txt", b"old").unwrap();
-    drop(second);
-    let third = Workspace::for_slot(base.path(), "host-1", 3).unwrap();
-    assert_eq!(std::fs::read_dir(third.path()).unwrap().count(), 0);
-    let mode = std::fs::metadata(third.path())
-        .unwrap()
-        .permissions()
-        .mode();
-    assert_eq!(mode & 0o777, 0o700);
 }
 
 #[test]
-fn slots_and_hosts_never_share_a_workspace() {
+fn a_workspace_handed_over_belongs_to_the_trainer_user_and_has_a_tmp_directory() {
+    use std::os::unix::fs::MetadataExt;
     let base = tempfile::tempdir().unwrap();
-    let a = Workspace::for_slot(base.path(), "host-1", 0).unwrap();
-    let b = Workspace::for_slot(base.path(), "host-1", 1).unwrap();
-    let c = Workspace::for_slot(base.path(), "host-2", 0).unwrap();
-    a.write_file("mine", b"a").unwrap();
-    assert_eq!(std::fs::read_dir(b.path()).unwrap().count(), 0);
-    assert_eq!(std::fs::read_dir(c.path()).unwrap().count(), 0);
-    assert_ne!(a.path(), c.path());
-}
-
-#[test]
-fn a_slot_workspace_replaced_by_a_file_is_made_a_directory_again() {
-    let base = tempfile::tempdir().unwrap();
-    std::fs::write(base.path().join("host-1-slot-0"), b"not a directory").unwrap();
-    let w = Workspace::for_slot(base.path(), "host-1", 0).unwrap();
-    assert!(w.path().is_dir());
-    assert_eq!(std::fs::read_dir(w.path()).unwrap().count(), 0);
+    let w = Workspace::create(base.path(), attempt()).unwrap();
+    w.write_file("train.py", b"print(1)").unwrap();
+    let tmp = w.hand_over(None).unwrap();
+    assert!(tmp.is_dir());
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test hands a workspace to another user, which needs root"
+    );
+    let nobody = trainyard_host::containment::Credentials {
+        uid: 65534,
+        gid: 65534,
+    };
+    w.hand_over(Some(nobody)).unwrap();
+    for file in [w.path().to_path_buf(), w.path().join("train.py"), tmp] {
+        assert_eq!(std::fs::metadata(&file).unwrap().uid(), 65534, "{file:?}");
+    }
 }

@@ -107,6 +107,7 @@ impl FakeHost {
             proof: secret.host_proof(&challenge.nonce, &host_nonce, id, &[]),
             nonce: host_nonce,
             agent: "fake".into(),
+            containment: vec![],
         };
         frames.send(HostMessage::Hello(hello)).await.unwrap();
         match frames.next().await {

@@ -65,6 +65,10 @@ pub struct Hello {
     pub proof: Vec<u8>,
     /// The host's software version, for operators.
     pub agent: String,
+    /// The containment layers it enforces on trainers ("cgroup v2",
+    /// "landlock abi 6", "network namespace", "user nobody").
+    #[serde(default)]
+    pub containment: Vec<String>,
 }
 
 /// The master accepts the host.

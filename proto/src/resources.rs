@@ -188,7 +188,12 @@ pub fn parse_memory(text: &str) -> Result<u64, InvalidResources> {
 
 /// `4 GiB`, `1.5 GiB`, `512 B`.
 pub fn memory_text(bytes: u64) -> String {
-    bytesize::ByteSize::b(bytes).display().iec().to_string()
+    let text = bytesize::ByteSize::b(bytes).display().iec().to_string();
+    // A whole amount reads as one: "512 MiB", not "512.0 MiB".
+    match text.split_once(".0 ") {
+        Some((whole, unit)) => format!("{whole} {unit}"),
+        None => text,
+    }
 }
 
 /// `1 CPU`, `2 CPUs`, `0.5 CPUs`.
@@ -259,7 +264,8 @@ mod tests {
         assert_eq!(parse_memory("2GB"), Ok(2_000_000_000));
         let err = parse_memory("lots").unwrap_err().to_string();
         assert!(err.contains("\"lots\"") && err.contains("4GiB"), "{err}");
-        assert_eq!(memory_text(4 << 30), "4.0 GiB");
+        assert_eq!(memory_text(4 << 30), "4 GiB");
+        assert_eq!(memory_text(1536 << 20), "1.5 GiB");
     }
 
     #[test]
@@ -269,7 +275,7 @@ mod tests {
             memory_bytes: Some(4 << 30),
             gpus: 1,
         };
-        assert_eq!(r.to_string(), "2 CPUs, 4.0 GiB memory, 1 GPU");
+        assert_eq!(r.to_string(), "2 CPUs, 4 GiB memory, 1 GPU");
         assert_eq!(ResourceRequest::default().to_string(), "nothing but a slot");
     }
 

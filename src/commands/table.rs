@@ -194,6 +194,12 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
                 .map(|r| format!("{}@{}", r.task, r.attempt))
                 .collect();
             let ago = format::span(Some(h.last_seen_ms), Some(now_ms)).unwrap_or_default();
+            let containment = match (h.connected, h.containment.is_empty()) {
+                (false, _) => MISSING.to_string(),
+                // Said plainly: its trainers run with the host's rights.
+                (true, true) => "NONE".to_string(),
+                (true, false) => h.containment.join(", "),
+            };
             vec![
                 h.id.clone(),
                 if h.connected { "yes" } else { "no" }.to_string(),
@@ -204,6 +210,7 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
                 } else {
                     adapters.join(", ")
                 },
+                containment,
                 if running.is_empty() {
                     MISSING.into()
                 } else {
@@ -220,6 +227,7 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
             "SLOTS",
             "GPUS",
             "ADAPTERS",
+            "CONTAINMENT",
             "RUNNING",
             "LAST SEEN",
         ],

@@ -13,6 +13,7 @@
 //! logs, traces) after the test and prints where it is.
 #![allow(dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
@@ -80,6 +81,10 @@ const TRACE_DIR_VAR: &str = "TRAINYARD_TRACE_DIR";
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        for host in &mut self.hosts {
+            host.kill();
+        }
+        trainyard::cluster::remove_cgroup_parent(&self.cluster.settings);
         if std::env::var_os("TRAINYARD_TEST_KEEP_DIRS").is_some() {
             if let Some(dir) = self.dir.take() {
                 eprintln!("cluster directory kept: {}", dir.keep().display());
@@ -124,6 +129,9 @@ impl TestCluster {
             Cluster::new(dir.path(), binaries(), &redis.url(), &db.url).expect("cluster dir");
         let trace_dir = cluster.dir.join("traces");
         std::fs::create_dir_all(&trace_dir).expect("trace dir");
+        // Written by trainers, which run as another user.
+        std::fs::set_permissions(&trace_dir, std::fs::Permissions::from_mode(0o777))
+            .expect("trace dir mode");
         cluster
             .settings
             .host
@@ -134,9 +142,13 @@ impl TestCluster {
         cluster.settings.host.adapters = setup
             .adapters
             .iter()
-            .map(|(name, programs)| trainyard::settings::AdapterEntry {
-                path: adapter(name),
-                programs: programs.iter().map(|p| p.to_string()).collect(),
+            .map(|(name, programs)| {
+                let mut entry = trainyard::settings::AdapterEntry::new(adapter(name), programs);
+                if *name == "test-trainer" {
+                    // The trace files are the test hooks' only way out.
+                    entry.read_write.push(trace_dir.clone());
+                }
+                entry
             })
             .collect();
         cluster.settings.host.progress_interval = Duration::from_millis(50);

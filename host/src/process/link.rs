@@ -7,7 +7,7 @@
 //! dropping the trainer close the socket at once, which is what tells the
 //! supervisor to kill the trainer's group.
 
-use super::wire::{HostMessage, Report, WireError};
+use super::wire::{HostMessage, LimitBreach, Report, WireError};
 use super::Deadline;
 use nix::sys::socket::{shutdown, Shutdown};
 use std::io;
@@ -119,13 +119,21 @@ impl ReportReader {
 pub(crate) struct Ending {
     /// The final report, or why none came.
     pub outcome: Result<Report, String>,
+    /// The limit the attempt went over, if it did.
+    pub breach: Option<LimitBreach>,
     /// When it was read: the end of the trainer's run time.
     pub at: Instant,
 }
 
 /// Reads until the final report (or its loss).
 pub(crate) async fn read_final_report(mut reports: ReportReader) -> Ending {
-    let outcome = match reports.next().await {
+    let mut breach = None;
+    let mut next = reports.next().await;
+    while let Ok(Some(Report::LimitExceeded(what))) = next {
+        breach = Some(what);
+        next = reports.next().await;
+    }
+    let outcome = match next {
         Ok(Some(report @ (Report::Exited(_) | Report::Signaled(_) | Report::LeaseExpired))) => {
             Ok(report)
         }
@@ -137,6 +145,7 @@ pub(crate) async fn read_final_report(mut reports: ReportReader) -> Ending {
     };
     Ending {
         outcome,
+        breach,
         at: Instant::now(),
     }
 }

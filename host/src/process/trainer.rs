@@ -6,8 +6,10 @@ use super::link::{
     read_final_report, write_requests, Ending, LinkShutdown, ReportReader, Requests,
 };
 use super::pump::{pump_stderr, pump_stdout, ORPHAN_IDLE};
-use super::wire::{HostMessage, Report};
-use super::Deadline;
+use super::wire::{HostMessage, LimitBreach, Report};
+use super::{supervisor, Deadline};
+use crate::containment::cgroup::AttemptCgroup;
+use crate::containment::Confinement;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::io::{self, Write};
@@ -45,6 +47,8 @@ pub struct LaunchSpec {
     pub max_line_bytes: usize,
     /// How much of the end of stderr to keep.
     pub stderr_tail_bytes: usize,
+    /// How the supervisor confines the trainer; `None` runs it unconfined.
+    pub confinement: Option<Confinement>,
 }
 
 /// How a trainer ended, and what it left behind.
@@ -57,6 +61,8 @@ pub struct TrainerExit {
     pub duration: Duration,
     /// Stdout lines that were cut at `max_line_bytes`.
     pub truncated_lines: u64,
+    /// The limit the attempt went over, if it did.
+    pub breach: Option<LimitBreach>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,6 +137,8 @@ pub struct Trainer {
     stderr: TaskGuard<String>,
     supervisor: Child,
     started: Instant,
+    /// The attempt's cgroup, emptied here if the supervisor is lost.
+    cgroup: Option<String>,
 }
 
 impl Trainer {
@@ -221,6 +229,7 @@ impl Trainer {
             stderr: TaskGuard::spawn(pump_stderr(stderr, spec.stderr_tail_bytes, gone_rx)),
             supervisor,
             started,
+            cgroup: spec.confinement.and_then(|c| c.cgroup),
         };
         Ok((trainer, lines_rx))
     }
@@ -265,11 +274,13 @@ impl Trainer {
             stderr,
             mut supervisor,
             started,
+            cgroup,
         } = self;
         let ending = ending.join().await.unwrap_or_else(|error| Ending {
             outcome: Err(format!(
                 "the task reading the supervisor's reports failed: {error}"
             )),
+            breach: None,
             at: Instant::now(),
         });
         writer.cancel().await;
@@ -287,15 +298,33 @@ impl Trainer {
                 // (PDEATHSIG) but not the trainer's children. While any of
                 // them lives, the pid still names their group.
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                if let Some(relative) = cgroup {
+                    empty_leftover_cgroup(&relative);
+                }
                 ExitKind::SupervisorLost(format!("{reason}; {}", describe_exit(&supervisor_status)))
             }
         };
         TrainerExit {
             status,
+            breach: ending.breach,
             truncated_lines: stdout.join().await.unwrap_or(0),
             stderr_tail: stderr.join().await.unwrap_or_default(),
             duration: ending.at.saturating_duration_since(started),
         }
+    }
+}
+
+/// Kills whatever is left in the cgroup of a trainer whose supervisor died
+/// (it empties and removes the cgroup itself otherwise).
+fn empty_leftover_cgroup(relative: &str) {
+    let cgroup = AttemptCgroup::load(relative);
+    match cgroup.empty(|| {}) {
+        Ok(()) => {
+            if let Err(e) = cgroup.remove() {
+                tracing::warn!(error = %e, "could not remove a lost supervisor's cgroup");
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "could not empty a lost supervisor's cgroup"),
     }
 }
 
@@ -323,6 +352,13 @@ async fn check_workspace(path: &std::path::Path) -> Result<(), SpawnError> {
 /// which would stall a busy host.
 fn start_supervisor(spec: &LaunchSpec, control: UnixStream) -> Result<Child, SpawnError> {
     let mut command = Command::new(&spec.supervisor);
+    if let Some(confinement) = &spec.confinement {
+        let plan = serde_json::to_string(confinement).map_err(|e| SpawnError::Supervisor {
+            path: spec.supervisor.clone(),
+            source: io::Error::other(e),
+        })?;
+        command.arg(supervisor::CONFINE_FLAG).arg(plan);
+    }
     command
         .arg(&spec.executable)
         .arg(&spec.program_name)

@@ -16,11 +16,15 @@
 //! | supervisor → host | `x` | exited | exit code (i32, sign-extended) |
 //! | supervisor → host | `k` | signaled | signal number |
 //! | supervisor → host | `l` | lease-expired | 0 |
+//! | supervisor → host | `m` | memory-limit-exceeded | the limit in bytes |
+//! | supervisor → host | `q` | disk-quota-exceeded | the quota in bytes |
 //!
 //! The host writes the first deadline before it starts the supervisor, so the
 //! supervisor knows the lease before it starts anything. The supervisor sends
 //! exactly one of `started`, `spawn-failed`, `deadline-passed`, and after
-//! `started` exactly one final report (`exited`, `signaled`, `lease-expired`).
+//! `started` exactly one final report (`exited`, `signaled`, `lease-expired`),
+//! preceded by a `memory-limit-exceeded` or `disk-quota-exceeded` when the
+//! attempt went over one of its limits.
 
 use super::Deadline;
 use std::time::Duration;
@@ -39,6 +43,8 @@ const TAG_DEADLINE_PASSED: u8 = b'p';
 const TAG_EXITED: u8 = b'x';
 const TAG_SIGNALED: u8 = b'k';
 const TAG_LEASE_EXPIRED: u8 = b'l';
+const TAG_MEMORY_EXCEEDED: u8 = b'm';
+const TAG_DISK_EXCEEDED: u8 = b'q';
 
 /// What the host tells a supervisor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +69,17 @@ pub enum Report {
     Exited(i32),
     Signaled(i32),
     LeaseExpired,
+    /// Sent before the final report: the attempt went over a limit.
+    LimitExceeded(LimitBreach),
+}
+
+/// A limit an attempt went over, and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitBreach {
+    /// The kernel killed a process for going over the memory limit.
+    Memory { limit_bytes: u64 },
+    /// The workspace held more than its quota; the supervisor ended it.
+    Disk { limit_bytes: u64 },
 }
 
 /// A byte sequence that is not a control message.
@@ -147,6 +164,12 @@ impl Report {
             Report::Exited(code) => frame(TAG_EXITED, i64::from(*code) as u64).to_vec(),
             Report::Signaled(signal) => frame(TAG_SIGNALED, i64::from(*signal) as u64).to_vec(),
             Report::LeaseExpired => frame(TAG_LEASE_EXPIRED, 0).to_vec(),
+            Report::LimitExceeded(LimitBreach::Memory { limit_bytes }) => {
+                frame(TAG_MEMORY_EXCEEDED, *limit_bytes).to_vec()
+            }
+            Report::LimitExceeded(LimitBreach::Disk { limit_bytes }) => {
+                frame(TAG_DISK_EXCEEDED, *limit_bytes).to_vec()
+            }
         }
     }
 
@@ -178,6 +201,10 @@ impl Report {
             TAG_EXITED => Report::Exited(as_i32(tag, value)?),
             TAG_SIGNALED => Report::Signaled(as_i32(tag, value)?),
             TAG_LEASE_EXPIRED => Report::LeaseExpired,
+            TAG_MEMORY_EXCEEDED => {
+                Report::LimitExceeded(LimitBreach::Memory { limit_bytes: value })
+            }
+            TAG_DISK_EXCEEDED => Report::LimitExceeded(LimitBreach::Disk { limit_bytes: value }),
             other => return Err(WireError::UnknownTag(other)),
         };
         Ok(Some((report, FRAME_BYTES)))
@@ -232,6 +259,12 @@ mod tests {
             Report::Exited(255),
             Report::Signaled(9),
             Report::LeaseExpired,
+            Report::LimitExceeded(LimitBreach::Memory {
+                limit_bytes: 512 << 20,
+            }),
+            Report::LimitExceeded(LimitBreach::Disk {
+                limit_bytes: 1 << 30,
+            }),
         ];
         for report in reports {
             let bytes = report.encode();

@@ -23,6 +23,8 @@ pub struct HostView {
     pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
+    /// The containment layers it enforces on trainers (while connected).
+    pub containment: Vec<String>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningSnapshot>,
 }
@@ -46,6 +48,7 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>
             free: FreeResources::default(),
             adapters: record.adapters,
             agent: record.agent,
+            containment: vec![],
             last_seen_ms: record.last_seen_ms,
             running: vec![],
         });
@@ -65,6 +68,7 @@ fn connected(h: HostSnapshot, now: i64) -> HostView {
         free: h.free,
         adapters: h.adapters,
         agent: h.agent,
+        containment: h.containment,
         last_seen_ms: now - h.last_seen_ms_ago as i64,
         running: h.running,
     }

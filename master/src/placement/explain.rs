@@ -11,7 +11,7 @@ use trainyard_proto::resources::{
 };
 use trainyard_proto::TaskId;
 
-/// `2 GPUs`, `4.0 GiB memory`, `1.5 CPUs`, `a free slot` — an amount in the
+/// `2 GPUs`, `4 GiB memory`, `1.5 CPUs`, `a free slot` — an amount in the
 /// units [`Need`] and [`Room`] count.
 pub fn amount_text(resource: Resource, amount: u64) -> String {
     match resource {
@@ -283,7 +283,7 @@ mod tests {
             "{err}"
         );
         let err = ask(0, Some(64 << 30)).unwrap_err();
-        assert!(err.contains("64.0 GiB memory"), "{err}");
+        assert!(err.contains("64 GiB memory"), "{err}");
         // Nothing seen that carries the route: nothing to compare with.
         assert_eq!(
             check_request(

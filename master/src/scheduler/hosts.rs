@@ -153,6 +153,7 @@ impl Scheduler {
             capacity: hello.capacity.clone(),
             adapters: Arc::from(hello.adapters.clone()),
             agent: hello.agent.clone(),
+            containment: hello.containment.clone(),
             assigned: self.state.assigned_to(&id),
             reported: held(&hello.running),
             connected_at: now,

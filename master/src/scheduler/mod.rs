@@ -133,6 +133,8 @@ pub struct HostSnapshot {
     pub free: FreeResources,
     pub adapters: Vec<AdapterInfo>,
     pub agent: String,
+    /// The containment layers it enforces on trainers.
+    pub containment: Vec<String>,
     pub connected_for_ms: u64,
     pub last_seen_ms_ago: u64,
     pub running: Vec<RunningSnapshot>,
@@ -776,6 +778,7 @@ impl Scheduler {
                     },
                     adapters: h.adapters.to_vec(),
                     agent: h.agent.clone(),
+                    containment: h.containment.clone(),
                     connected_for_ms: h.connected_at.elapsed().as_millis() as u64,
                     last_seen_ms_ago: h.last_seen.elapsed().as_millis() as u64,
                     running,

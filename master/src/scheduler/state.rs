@@ -71,6 +71,8 @@ pub struct Host {
     pub capacity: HostCapacity,
     pub adapters: Arc<[AdapterInfo]>,
     pub agent: String,
+    /// The containment layers it enforces.
+    pub containment: Vec<String>,
     /// Attempts the master has given this host and not yet seen end, with
     /// what each asked for.
     pub assigned: HashMap<AttemptRef, Need>,
@@ -269,6 +271,7 @@ mod tests {
             },
             adapters: Arc::from(Vec::new()),
             agent: String::new(),
+            containment: vec![],
             assigned: HashMap::new(),
             reported: HashMap::new(),
             connected_at: Instant::now(),

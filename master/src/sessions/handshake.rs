@@ -146,6 +146,7 @@ mod tests {
             proof: with.host_proof(master_nonce, &host_nonce, "h1", CHANNEL),
             nonce: host_nonce,
             agent: "test".into(),
+            containment: vec![],
         }
     }
 

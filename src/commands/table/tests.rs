@@ -193,6 +193,7 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
             kinds: vec!["train".into()],
         }],
         agent: "trainyard-host/0.1.0".into(),
+        containment: vec!["cgroup v2".into(), "landlock abi 6".into()],
         last_seen_ms: NOW - 1_000,
         running: vec![
             RunningView {
@@ -229,16 +230,21 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
             "SLOTS",
             "GPUS",
             "ADAPTERS",
+            "CONTAINMENT",
             "RUNNING",
             "LAST SEEN",
         ],
+    );
+    assert!(
+        lines[1].contains("cgroup v2, landlock abi 6"),
+        "the layers a host enforces: {text}"
     );
     assert!(
         lines[1].contains("2/4") && lines[1].contains("python-trainer@0.1.0"),
         "{text}"
     );
     assert!(lines[1].contains("1/2"), "one of two GPUs busy: {text}");
-    assert_eq!(&lines[1][columns[5]..columns[5] + 8], "3@1, 8@2");
+    assert_eq!(&lines[1][columns[6]..columns[6] + 8], "3@1, 8@2");
     assert!(lines[1].ends_with("1s ago"), "{text}");
     assert_eq!(&lines[2][columns[1]..columns[1] + 2], "no");
     assert!(lines[2].contains("-/2"), "{text}");

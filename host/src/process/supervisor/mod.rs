@@ -17,12 +17,14 @@
 //! group before it sends its final report: when the host reads `exited`,
 //! `signaled` or `lease-expired`, no process of the group is left.
 
+mod confine;
 mod control;
 mod policy;
 mod spawn;
 
-use crate::process::wire::{HostMessage, Report};
+use crate::process::wire::{HostMessage, LimitBreach, Report};
 use crate::process::Deadline;
+use confine::Confined;
 use control::{ControlError, ControlSocket};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -39,6 +41,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub use control::CONTROL_FD;
+pub use spawn::CONFINE_FLAG;
+
+/// Run as `trainyard-supervise --probe-network`, it checks that it can make
+/// a network namespace (the host's start-up probe) and exits.
+pub const PROBE_NETWORK_FLAG: &str = "--probe-network";
 
 /// Why the supervisor could not do its job at all.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +67,18 @@ fn setup(what: &'static str) -> impl FnOnce(Errno) -> SuperviseError {
 /// The whole program: exit status 0 once the final report is sent (or the
 /// host is gone), 2 if the supervisor could not start supervising.
 pub fn main() -> ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == PROBE_NETWORK_FLAG)
+    {
+        return match crate::containment::network::isolate() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cannot make a network namespace: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     match run(std::env::args_os().skip(1)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -91,24 +110,13 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
             return Err(error);
         }
     };
-    let pid = match spawn::start_trainer(&invocation) {
-        Ok(pid) => pid,
-        Err(reason) => {
-            let _ = control.send(&Report::SpawnFailed(reason));
-            return Ok(());
-        }
+    let Some((mut confined, group, trainer_exit)) = launch(&invocation, &mut control, &timers)?
+    else {
+        return Ok(());
     };
-    let group = Pid::from_raw(pid as i32);
-    let trainer_exit = match pidfd_open(group) {
-        Ok(fd) => fd,
-        Err(errno) => {
-            kill_group(group, Signal::SIGKILL);
-            reap_trainer(group);
-            reap_group(group);
-            let reason = format!("cannot watch the trainer (pidfd_open: {})", errno.desc());
-            let _ = control.send(&Report::SpawnFailed(reason));
-            return Ok(());
-        }
+    let trainer = Trainer {
+        group,
+        confined: confined.as_ref(),
     };
     let mut supervision = Supervision::new(lease);
     let mut host = Some(control);
@@ -118,20 +126,107 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
         &trainer_exit,
         &timers,
         &term,
-        group,
+        &trainer,
     );
 
     // The trainer is a zombie now (or, if watching failed, is killed here),
     // so its pid still names the group: kill what is left of the group
     // before reaping frees that number.
-    kill_group(group, Signal::SIGKILL);
+    let group = trainer.group;
+    trainer.signal(Signal::SIGKILL);
     let status = reap_trainer(group);
-    reap_group(group);
+    let breach = end_attempt(confined.as_mut(), group).or(timers.disk_breach.get());
     watched?;
-    if let (Some(control), Some(status)) = (host.as_mut(), status) {
-        let _ = control.send(&supervision.outcome(status));
+    if let Some(control) = host.as_mut() {
+        if let Some(breach) = breach {
+            let _ = control.send(&Report::LimitExceeded(breach));
+        }
+        if let Some(status) = status {
+            let _ = control.send(&supervision.outcome(status));
+        }
     }
     Ok(())
+}
+
+/// Prepares the confinement, starts the trainer and watches it; `None`
+/// when it could not be started (the host was told why).
+fn launch(
+    invocation: &Invocation,
+    control: &mut ControlSocket,
+    timers: &Timers,
+) -> Result<Option<(Option<Confined>, Pid, OwnedFd)>, SuperviseError> {
+    let mut confined = match invocation.confinement.as_ref().map(Confined::prepare) {
+        None => None,
+        Some(Ok(confined)) => Some(confined),
+        Some(Err(reason)) => {
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(None);
+        }
+    };
+    let entry = confined.as_mut().and_then(Confined::take_entry);
+    let pid = match spawn::start_trainer(invocation, entry) {
+        Ok(pid) => pid,
+        Err(reason) => {
+            end_attempt(confined.as_mut(), Pid::from_raw(0));
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(None);
+        }
+    };
+    let group = Pid::from_raw(pid as i32);
+    let trainer_exit = match pidfd_open(group) {
+        Ok(fd) => fd,
+        Err(errno) => {
+            let trainer = Trainer {
+                group,
+                confined: confined.as_ref(),
+            };
+            trainer.signal(Signal::SIGKILL);
+            reap_trainer(group);
+            end_attempt(confined.as_mut(), group);
+            let reason = format!("cannot watch the trainer (pidfd_open: {})", errno.desc());
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(None);
+        }
+    };
+    if let Some(quota) = confined.as_ref().and_then(Confined::disk_quota) {
+        timers.arm_disk_checks(quota)?;
+    }
+    Ok(Some((confined, group, trainer_exit)))
+}
+
+/// The trainer as the supervisor acts on it: its process group and, when it
+/// is confined, its cgroup.
+struct Trainer<'a> {
+    group: Pid,
+    confined: Option<&'a Confined>,
+}
+
+impl Trainer<'_> {
+    /// Sends `signal` to the trainer's group and to every process of its
+    /// cgroup, whatever group or session they moved to.
+    fn signal(&self, signal: Signal) {
+        kill_group(self.group, signal);
+        if let Some(cgroup) = self.confined.and_then(Confined::cgroup) {
+            cgroup.signal(signal);
+        }
+    }
+}
+
+/// After the trainer was reaped: no process of the attempt may remain.
+/// With a cgroup, every process in it is killed and reaped and the cgroup
+/// removed; without, what is left of the trainer's process group. Returns
+/// the memory limit breach, if the kernel reported one.
+fn end_attempt(confined: Option<&mut Confined>, group: Pid) -> Option<LimitBreach> {
+    let Some(confined) = confined else {
+        reap_group(group);
+        return None;
+    };
+    let (breach, problems) = confined.end(reap_children);
+    for problem in problems {
+        eprintln!("trainyard-supervise: {problem}");
+    }
+    reap_children();
+    breach
 }
 
 /// Tells the host the trainer started, then waits until the trainer has
@@ -142,17 +237,17 @@ fn watch(
     trainer_exit: &OwnedFd,
     timers: &Timers,
     term: &SignalFd,
-    group: Pid,
+    trainer: &Trainer,
 ) -> Result<(), SuperviseError> {
     if let Some(control) = host.as_mut() {
         if control
             .send(&Report::Started {
-                pid: group.as_raw() as u32,
+                pid: trainer.group.as_raw() as u32,
             })
             .is_err()
         {
             *host = None;
-            apply(supervision, Event::HostGone, group, timers)?;
+            apply(supervision, Event::HostGone, trainer, timers)?;
         }
     }
     loop {
@@ -162,6 +257,7 @@ fn watch(
                 PollFd::new(timers.lease.as_fd(), PollFlags::POLLIN),
                 PollFd::new(timers.grace.as_fd(), PollFlags::POLLIN),
                 PollFd::new(term.as_fd(), PollFlags::POLLIN),
+                PollFd::new(timers.disk.as_fd(), PollFlags::POLLIN),
             ];
             if let Some(control) = host.as_ref() {
                 fds.push(PollFd::new(control.as_fd(), PollFlags::POLLIN));
@@ -176,32 +272,35 @@ fn watch(
                     .and_then(PollFd::revents)
                     .is_some_and(|r| !r.is_empty())
             };
-            (ready(0), ready(1) || ready(2), ready(3), ready(4))
+            if ready(4) && timers.check_disk(trainer) {
+                apply(supervision, Event::Host(HostMessage::Kill), trainer, timers)?;
+            }
+            (ready(0), ready(1) || ready(2), ready(3), ready(5))
         };
         if exited {
             return Ok(());
         }
         if timer_fired {
             timers.clear();
-            apply(supervision, Event::Tick, group, timers)?;
+            apply(supervision, Event::Tick, trainer, timers)?;
         }
         if terminated {
             while let Ok(Some(_)) = term.read_signal() {}
-            apply(supervision, Event::Terminate, group, timers)?;
+            apply(supervision, Event::Terminate, trainer, timers)?;
         }
         if host_ready {
             let read = host.as_mut().map(ControlSocket::read_ready);
             match read {
                 Some(Ok(messages)) => {
                     for message in messages {
-                        apply(supervision, Event::Host(message), group, timers)?;
+                        apply(supervision, Event::Host(message), trainer, timers)?;
                     }
                 }
                 // End-of-file, an error or garbage: the host is gone (or
                 // broken), and nobody can renew the lease any more.
                 Some(Err(_)) | None => {
                     *host = None;
-                    apply(supervision, Event::HostGone, group, timers)?;
+                    apply(supervision, Event::HostGone, trainer, timers)?;
                 }
             }
         }
@@ -211,12 +310,12 @@ fn watch(
 fn apply(
     supervision: &mut Supervision,
     event: Event,
-    group: Pid,
+    trainer: &Trainer,
     timers: &Timers,
 ) -> Result<(), SuperviseError> {
     for effect in supervision.handle(event, Deadline::now()) {
         match effect {
-            Effect::SignalGroup(signal) => kill_group(group, signal),
+            Effect::SignalGroup(signal) => trainer.signal(signal),
             Effect::ArmLeaseTimer(deadline) => timers.arm_lease(deadline)?,
             Effect::ArmGraceTimer(deadline) => timers.arm_grace(deadline)?,
         }
@@ -251,10 +350,16 @@ fn take_over_signals() -> Result<SignalFd, SuperviseError> {
 }
 
 /// The lease timer and the stop-grace timer, both on CLOCK_BOOTTIME and
-/// armed at absolute instants.
+/// armed at absolute instants, and the periodic check of the workspace's
+/// disk use.
 struct Timers {
     lease: TimerFd,
     grace: TimerFd,
+    disk: TimerFd,
+    /// The workspace quota, once the checks are armed.
+    disk_quota: std::cell::Cell<Option<u64>>,
+    /// Set when the workspace went over its quota.
+    disk_breach: std::cell::Cell<Option<LimitBreach>>,
 }
 
 impl Timers {
@@ -262,7 +367,39 @@ impl Timers {
         let flags = TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC;
         let lease = TimerFd::new(ClockId::CLOCK_BOOTTIME, flags).map_err(setup("timerfd"))?;
         let grace = TimerFd::new(ClockId::CLOCK_BOOTTIME, flags).map_err(setup("timerfd"))?;
-        Ok(Self { lease, grace })
+        let disk = TimerFd::new(ClockId::CLOCK_BOOTTIME, flags).map_err(setup("timerfd"))?;
+        Ok(Self {
+            lease,
+            grace,
+            disk,
+            disk_quota: Default::default(),
+            disk_breach: Default::default(),
+        })
+    }
+
+    fn arm_disk_checks(&self, quota: u64) -> Result<(), SuperviseError> {
+        self.disk_quota.set(Some(quota));
+        let every = TimeSpec::from_duration(crate::containment::disk::CHECK_INTERVAL);
+        self.disk
+            .set(Expiration::Interval(every), TimerSetTimeFlags::empty())
+            .map_err(setup("arm the disk check"))
+    }
+
+    /// Measures the workspace; true the first time it is over its quota.
+    fn check_disk(&self, trainer: &Trainer) -> bool {
+        let mut count = [0u8; 8];
+        let _ = nix::unistd::read(&self.disk, &mut count);
+        let (Some(quota), Some(confined)) = (self.disk_quota.get(), trainer.confined) else {
+            return false;
+        };
+        if self.disk_breach.get().is_some()
+            || crate::containment::disk::usage(&confined.workspace, quota) <= quota
+        {
+            return false;
+        }
+        self.disk_breach
+            .set(Some(LimitBreach::Disk { limit_bytes: quota }));
+        true
     }
 
     fn arm_lease(&self, at: Deadline) -> Result<(), SuperviseError> {
@@ -318,6 +455,16 @@ fn reap_trainer(pid: Pid) -> Option<TrainerStatus> {
             }
             Ok(_) | Err(Errno::EINTR) => continue,
             Err(_) => return None,
+        }
+    }
+}
+
+/// Reaps every child that has ended, without waiting.
+fn reap_children() {
+    let any = Pid::from_raw(-1);
+    while let Ok(status) = waitpid(any, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+        if status == WaitStatus::StillAlive {
+            return;
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Starting the trainer: `execve` of the executable in a process group of its
 //! own, tied to the supervisor's life by `PR_SET_PDEATHSIG`.
 
+use super::confine::Entry;
+use crate::containment::Confinement;
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
@@ -20,24 +22,43 @@ pub(crate) const TERMINAL_SIGNALS: [Signal; 6] = [
     Signal::SIGTTOU,
 ];
 
-/// What the host asked the supervisor to run: its command line.
+/// The flag that carries the trainer's confinement, as JSON.
+pub const CONFINE_FLAG: &str = "--confine";
+
+/// What the host asked the supervisor to run: its command line and how to
+/// confine it.
 #[derive(Debug)]
 pub(crate) struct Invocation {
+    pub confinement: Option<Confinement>,
     pub executable: PathBuf,
     pub argv0: OsString,
     pub args: Vec<OsString>,
 }
 
-/// The command line is not `<executable> <argv0> [args...]`.
+/// The command line is not `[--confine <json>] <executable> <argv0> [args...]`.
 #[derive(Debug, thiserror::Error)]
-#[error("usage: trainyard-supervise <executable> <argv0> [args...] (started by the trainyard host with its control socket as standard input)")]
-pub struct UsageError;
+pub enum UsageError {
+    #[error("usage: trainyard-supervise [--confine <json>] <executable> <argv0> [args...] (started by the trainyard host with its control socket as standard input)")]
+    Usage,
+    #[error("the confinement given to trainyard-supervise is not valid: {0}")]
+    Confinement(String),
+}
 
 impl Invocation {
-    pub(crate) fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Self, UsageError> {
-        let executable = PathBuf::from(args.next().ok_or(UsageError)?);
-        let argv0 = args.next().ok_or(UsageError)?;
+    pub(crate) fn parse(args: impl Iterator<Item = OsString>) -> Result<Self, UsageError> {
+        let mut args = args.peekable();
+        let confinement = if args.peek().is_some_and(|a| a == CONFINE_FLAG) {
+            args.next();
+            let json = args.next().ok_or(UsageError::Usage)?;
+            let json = json.to_str().ok_or(UsageError::Usage)?;
+            Some(serde_json::from_str(json).map_err(|e| UsageError::Confinement(e.to_string()))?)
+        } else {
+            None
+        };
+        let executable = PathBuf::from(args.next().ok_or(UsageError::Usage)?);
+        let argv0 = args.next().ok_or(UsageError::Usage)?;
         Ok(Self {
+            confinement,
             executable,
             argv0,
             args: args.collect(),
@@ -52,7 +73,7 @@ impl Invocation {
 /// stdout and stderr unchanged (the host prepared them), the default
 /// disposition of every signal and an empty signal mask, and no other file
 /// descriptor.
-pub(crate) fn start_trainer(invocation: &Invocation) -> Result<u32, String> {
+pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Result<u32, String> {
     // A bare name would make exec search PATH; the host resolved the
     // executable already, so a name without a slash means the working
     // directory.
@@ -72,9 +93,11 @@ pub(crate) fn start_trainer(invocation: &Invocation) -> Result<u32, String> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .process_group(0);
+    let mut entry = entry;
     // SAFETY: the closure runs between fork and exec and calls only
     // async-signal-safe functions (signal, sigemptyset, sigprocmask, prctl,
-    // getppid, syscall).
+    // getppid, syscall, and the system calls of `Entry`). The supervisor
+    // runs no other thread, so nothing can hold a lock the child needs.
     unsafe {
         command.pre_exec(move || {
             // Ignored dispositions and the signal mask survive exec: the
@@ -88,6 +111,10 @@ pub(crate) fn start_trainer(invocation: &Invocation) -> Result<u32, String> {
             libc::sigemptyset(unblocked.as_mut_ptr());
             if libc::sigprocmask(libc::SIG_SETMASK, unblocked.as_ptr(), std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            // Before the death signal: changing the user clears it.
+            if let Some(entry) = &entry {
+                entry.enter()?;
             }
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(io::Error::last_os_error());
@@ -107,7 +134,10 @@ pub(crate) fn start_trainer(invocation: &Invocation) -> Result<u32, String> {
                 u32::MAX,
                 libc::CLOSE_RANGE_CLOEXEC,
             );
-            Ok(())
+            match entry.as_mut() {
+                Some(entry) => entry.restrict_filesystem(),
+                None => Ok(()),
+            }
         });
     }
     let child = command.spawn().map_err(|e| {

@@ -1,0 +1,97 @@
+//! The `script-trainer` task adapter: runs the Python script in a task's
+//! params, as an adapter written by another team might run anything at all.
+//! trainyard's containment tests use it to launch trainers that probe their
+//! surroundings (read the host's secrets, write outside the workspace,
+//! connect to Redis, leave processes behind, exhaust memory, processes, CPU
+//! or disk) and to check each attempt ends the way the host promises. It is
+//! never part of a shipped configuration.
+//!
+//! Params: `{"script": "<python source>"}`. The script runs as
+//! `python3 trainer.py` in the workspace; whatever it writes to
+//! `verdict.txt` becomes the result's summary, and a non-zero exit fails the
+//! attempt with the end of its stderr.
+
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "task-adapter",
+    });
+}
+
+use bindings::exports::trainyard::adapter::adapter::Guest;
+use bindings::trainyard::adapter::types::{
+    AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Progress, Task, TaskError,
+    TaskResult, WorkspaceFile,
+};
+
+/// Where the adapter sees the attempt's workspace.
+const WORKSPACE: &str = "/workspace";
+
+struct ScriptTrainer;
+
+fn refuse(message: String) -> TaskError {
+    TaskError {
+        message,
+        retryable: false,
+    }
+}
+
+impl Guest for ScriptTrainer {
+    fn describe() -> AdapterInfo {
+        AdapterInfo {
+            name: "script-trainer".to_owned(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            description: "Runs the Python script a task carries; for containment tests only"
+                .to_owned(),
+            kinds: vec!["script".to_owned()],
+        }
+    }
+
+    fn prepare(task: Task) -> Result<LaunchPlan, TaskError> {
+        let params: serde_json::Value = serde_json::from_str(&task.params)
+            .map_err(|e| refuse(format!("params are not JSON: {e}")))?;
+        let script = params
+            .get("script")
+            .and_then(|s| s.as_str())
+            .ok_or_else(|| refuse("params need a \"script\" string".to_owned()))?;
+        Ok(LaunchPlan {
+            files: vec![WorkspaceFile {
+                path: "trainer.py".to_owned(),
+                contents: script.as_bytes().to_vec(),
+            }],
+            command: Some(Command {
+                program: "python3".to_owned(),
+                args: vec!["trainer.py".to_owned()],
+                env: vec![],
+            }),
+        })
+    }
+
+    fn on_output(_line: String) -> Option<Progress> {
+        None
+    }
+
+    fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
+        match exit.status {
+            ExitStatus::Exited(0) => {
+                let verdict = std::fs::read_to_string(format!("{WORKSPACE}/verdict.txt")).ok();
+                Ok(TaskResult {
+                    metrics: vec![],
+                    checkpoint: None,
+                    summary: verdict.map(|v| v.chars().take(4000).collect()),
+                })
+            }
+            ExitStatus::Exited(code) => Err(refuse(format!(
+                "the script exited with {code}: {}",
+                exit.stderr_tail.trim()
+            ))),
+            ExitStatus::Signaled(signal) => Err(refuse(format!(
+                "the script was killed by signal {signal}: {}",
+                exit.stderr_tail.trim()
+            ))),
+            ExitStatus::NotLaunched => Err(refuse("the script was not launched".to_owned())),
+        }
+    }
+}
+
+bindings::export!(ScriptTrainer with_types_in bindings);

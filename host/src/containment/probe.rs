@@ -1,0 +1,307 @@
+//! What this machine can enforce, found out once when the host starts: each
+//! layer that is on is tried for real, and a layer that cannot be enforced
+//! stops the host with a message naming what is missing and the key that
+//! turns the layer off. The result, [`Enforcement`], builds each attempt's
+//! [`Confinement`].
+
+use super::cgroup::{self, AttemptCgroup, Version};
+use super::config::{AdapterContainment, ContainmentSettings, Limits, Switch, USER_OFF};
+use super::plan::{self, Confinement, Credentials};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use trainyard_proto::resources::Assignment;
+
+/// A layer that is on but cannot be enforced here.
+#[derive(Debug, thiserror::Error)]
+#[error("containment layer `{layer}` cannot be enforced on this machine: {reason}. Fix that, or set host.containment.{layer} = \"off\" to run trainers without it")]
+pub struct ContainmentError {
+    pub layer: &'static str,
+    pub reason: String,
+}
+
+fn refuse(layer: &'static str, reason: impl Into<String>) -> ContainmentError {
+    ContainmentError {
+        layer,
+        reason: reason.into(),
+    }
+}
+
+/// The layers this host enforces, ready to confine attempts.
+#[derive(Clone, Debug)]
+pub struct Enforcement {
+    /// The cgroup interface and this host's directory in it.
+    cgroup: Option<(Version, String)>,
+    landlock_abi: Option<u32>,
+    network: bool,
+    user: Option<(String, Credentials)>,
+    read_only: Vec<PathBuf>,
+    limits: Limits,
+}
+
+impl Enforcement {
+    /// Nothing enforced: for tests of other parts and `host.containment`
+    /// turned entirely off.
+    pub fn none() -> Enforcement {
+        Enforcement {
+            cgroup: None,
+            landlock_abi: None,
+            network: false,
+            user: None,
+            read_only: vec![],
+            limits: Limits::default(),
+        }
+    }
+
+    /// Tries every layer that is on. `host_dir` names this host's cgroup
+    /// directory under the configured parent; attempts a dead predecessor
+    /// left there are killed and removed.
+    pub fn probe(
+        settings: &ContainmentSettings,
+        host_dir: &str,
+        supervisor: &Path,
+        work_dir: &Path,
+    ) -> Result<Enforcement, ContainmentError> {
+        let cgroup = match settings.cgroup {
+            Switch::Off => None,
+            Switch::On => Some(probe_cgroup(&format!(
+                "{}/{host_dir}",
+                settings.cgroup_parent.trim_matches('/')
+            ))?),
+        };
+        let landlock_abi = match settings.landlock {
+            Switch::Off => None,
+            Switch::On => Some(super::filesystem::probe().map_err(|r| refuse("landlock", r))?),
+        };
+        let network = match settings.network {
+            Switch::Off => false,
+            Switch::On => probe_network(supervisor).map(|()| true)?,
+        };
+        let user = probe_user(&settings.user, work_dir)?;
+        Ok(Enforcement {
+            cgroup,
+            landlock_abi,
+            network,
+            user,
+            read_only: settings
+                .read_only
+                .iter()
+                .cloned()
+                .chain(interpreter_settings())
+                .collect(),
+            limits: settings.limits.clone(),
+        })
+    }
+
+    /// The layers enforced, for operators: `["cgroup v1", "landlock abi 6",
+    /// "network namespace", "user nobody"]`.
+    pub fn layers(&self) -> Vec<String> {
+        let mut layers = vec![];
+        if let Some((version, _)) = &self.cgroup {
+            layers.push(format!(
+                "cgroup {}",
+                if *version == Version::V2 { "v2" } else { "v1" }
+            ));
+        }
+        if let Some(abi) = self.landlock_abi {
+            layers.push(format!("landlock abi {abi}"));
+        }
+        if self.network {
+            layers.push("network namespace".into());
+        }
+        if let Some((name, _)) = &self.user {
+            layers.push(format!("user {name}"));
+        }
+        layers
+    }
+
+    /// The trainer's user, if it is not the host's.
+    pub fn credentials(&self) -> Option<Credentials> {
+        self.user.as_ref().map(|(_, c)| *c)
+    }
+
+    /// How to confine one attempt's trainer.
+    pub fn confine(
+        &self,
+        attempt_name: &str,
+        workspace: &Path,
+        executable: &Path,
+        adapter: &AdapterContainment,
+        assignment: &Assignment,
+    ) -> Confinement {
+        let executable = executable
+            .canonicalize()
+            .unwrap_or_else(|_| executable.to_path_buf());
+        Confinement {
+            workspace: workspace.to_path_buf(),
+            cgroup: self
+                .cgroup
+                .as_ref()
+                .map(|(_, dir)| format!("{dir}/{attempt_name}")),
+            limits: plan::effective_limits(&self.limits, &adapter.limits, assignment),
+            filesystem: self
+                .landlock_abi
+                .map(|_| plan::filesystem_rules(workspace, &executable, &self.read_only, adapter)),
+            isolate_network: plan::isolates_network(self.network, adapter),
+            user: self.credentials(),
+        }
+    }
+
+    /// Removes this host's (empty) cgroup directory when it stops.
+    pub fn release(&self) {
+        if let Some((_, dir)) = &self.cgroup {
+            cgroup::remove_if_empty(dir);
+        }
+    }
+}
+
+/// The interpreters' own settings in `/etc` (`/etc/python3.11`, which
+/// Debian's Python reads at start), read-only for every trainer.
+fn interpreter_settings() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/etc") else {
+        return vec![];
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python"))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Finds the cgroup interface, clears what a dead predecessor left in this
+/// host's directory, and proves a cgroup with limits can be made there.
+fn probe_cgroup(host_dir: &str) -> Result<(Version, String), ContainmentError> {
+    let version = Version::detect();
+    let missing: Vec<&str> = match version {
+        Version::V2 => {
+            let offered =
+                std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").unwrap_or_default();
+            ["memory", "cpu", "pids"]
+                .into_iter()
+                .filter(|c| !offered.split_whitespace().any(|o| o == *c))
+                .collect()
+        }
+        Version::V1 => ["memory", "cpu", "pids", "freezer"]
+            .into_iter()
+            .filter(|c| {
+                !Path::new("/sys/fs/cgroup")
+                    .join(c)
+                    .join("cgroup.procs")
+                    .exists()
+            })
+            .collect(),
+    };
+    if !missing.is_empty() {
+        return Err(refuse(
+            "cgroup",
+            format!(
+                "the cgroup {} hierarchy lacks the controllers {}",
+                if version == Version::V2 { "v2" } else { "v1" },
+                missing.join(", ")
+            ),
+        ));
+    }
+    for leftover in cgroup::children(host_dir) {
+        let stale = AttemptCgroup::load(&leftover);
+        let killed = stale.members().len();
+        stale.empty(|| {}).map_err(|r| refuse("cgroup", r))?;
+        let _ = stale.remove();
+        tracing::warn!(cgroup = %leftover, processes = killed, "removed the cgroup of an attempt a previous run of this host left behind");
+    }
+    let probe = format!("{host_dir}/probe");
+    let limits = Limits {
+        memory: Some(64 << 20),
+        cpus: Some(0.5),
+        pids: Some(8),
+        ..Limits::default()
+    };
+    let made = AttemptCgroup::create(&probe, &limits).map_err(|r| {
+        refuse(
+            "cgroup",
+            format!("{r} (the host needs root, or a delegated cgroup: set host.containment.cgroup_parent)"),
+        )
+    })?;
+    made.remove().map_err(|r| refuse("cgroup", r))?;
+    Ok((version, host_dir.to_string()))
+}
+
+fn probe_network(supervisor: &Path) -> Result<(), ContainmentError> {
+    let output = Command::new(supervisor)
+        .arg(crate::process::supervisor::PROBE_NETWORK_FLAG)
+        .output()
+        .map_err(|e| {
+            refuse(
+                "network",
+                format!("cannot run {}: {e}", supervisor.display()),
+            )
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    Err(refuse(
+        "network",
+        format!("{said} (a network namespace needs root or CAP_SYS_ADMIN)"),
+    ))
+}
+
+/// The trainer's user: it must exist, the host must be able to become it,
+/// and it must be able to reach the work directory.
+fn probe_user(
+    name: &str,
+    work_dir: &Path,
+) -> Result<Option<(String, Credentials)>, ContainmentError> {
+    let root = nix::unistd::geteuid().is_root();
+    if name == USER_OFF {
+        if root {
+            tracing::warn!("host.containment.user = \"off\": trainers run as root, with every right of the host's user; set an unprivileged user");
+        }
+        return Ok(None);
+    }
+    if !root {
+        return Err(refuse(
+            "user",
+            format!("the host runs as an unprivileged user, so it cannot start trainers as {name:?}; trainers then run as the host's own user"),
+        ));
+    }
+    let user = nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            refuse(
+                "user",
+                format!("there is no user {name:?} (create it, or name another)"),
+            )
+        })?;
+    let credentials = Credentials {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+    };
+    if let Some(blocked) = unreachable_ancestor(work_dir, credentials) {
+        return Err(refuse(
+            "user",
+            format!(
+                "user {name:?} cannot reach the work directory {}: {} does not let others through (give it o+x, or set host.work_dir elsewhere)",
+                work_dir.display(),
+                blocked.display()
+            ),
+        ));
+    }
+    Ok(Some((name.to_string(), credentials)))
+}
+
+/// The first directory on the way to `dir` that `who` may not pass.
+fn unreachable_ancestor(dir: &Path, who: Credentials) -> Option<PathBuf> {
+    let dir = dir.canonicalize().ok()?;
+    dir.ancestors().find_map(|a| {
+        let m = std::fs::metadata(a).ok()?;
+        let passable = if m.uid() == who.uid {
+            m.mode() & 0o100 != 0
+        } else if m.gid() == who.gid {
+            m.mode() & 0o010 != 0
+        } else {
+            m.mode() & 0o001 != 0
+        };
+        (!passable).then(|| a.to_path_buf())
+    })
+}

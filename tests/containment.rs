@@ -1,0 +1,394 @@
+//! Trainers are contained: real hosts (running as root, as the suite does)
+//! launch the `script-trainer` adapter's Python scripts, which try what a
+//! hostile or careless trainer would — read the host's secrets, write
+//! outside their workspace, reach Redis, leave processes behind, exhaust
+//! memory, processes, CPU or disk — and each attempt must be blocked or end
+//! FAILED with a clear reason, with no process of it left in its cgroup or
+//! in `/proc`, and the host serving the next task.
+
+mod common;
+
+use common::{Setup, TestCluster};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use trainyard_master::model::{TaskDetail, TaskStatus};
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn setup() -> Setup {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the containment tests run hosts that make cgroups, namespaces and switch users: run them as root"
+    );
+    Setup {
+        adapters: vec![("script-trainer", vec!["python3"]), ("noop", vec!["true"])],
+        slots: 2,
+        configure: |s| {
+            s.host.containment.limits.memory = Some(512 << 20);
+            s.host.containment.limits.pids = Some(64);
+            s.host.containment.limits.disk = Some(32 << 20);
+        },
+        ..Setup::new("sqlite")
+    }
+}
+
+async fn run_script(c: &TestCluster, script: &str) -> u64 {
+    c.submit(json!({"adapter": "script-trainer", "params": {"script": script}, "max_attempts": 1}))
+        .await
+}
+
+/// The verdict a completed script wrote, as JSON.
+fn verdict(detail: &TaskDetail) -> Value {
+    let summary = detail
+        .task
+        .result
+        .as_ref()
+        .and_then(|r| r.summary.clone())
+        .unwrap_or_default();
+    serde_json::from_str(&summary).unwrap_or_else(|e| panic!("verdict {summary:?}: {e}"))
+}
+
+/// The directory of an attempt's cgroup in the pids hierarchy (v1) or the
+/// unified one (v2).
+fn cgroup_dir(c: &TestCluster, host: &str, task: u64, attempt: u32) -> PathBuf {
+    let relative = format!(
+        "{}/{host}/{task}-{attempt}",
+        c.cluster.settings.host.containment.cgroup_parent
+    );
+    let v1 = Path::new("/sys/fs/cgroup/pids").join(&relative);
+    if Path::new("/sys/fs/cgroup/pids").is_dir() {
+        v1
+    } else {
+        Path::new("/sys/fs/cgroup").join(relative)
+    }
+}
+
+fn members(cgroup: &Path) -> Vec<u32> {
+    std::fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Waits until the attempt's cgroup holds at least `n` processes, and
+/// returns them.
+async fn wait_for_members(cgroup: &Path, n: usize) -> Vec<u32> {
+    let until = Instant::now() + LONG;
+    loop {
+        let pids = members(cgroup);
+        if pids.len() >= n {
+            return pids;
+        }
+        assert!(
+            Instant::now() < until,
+            "{} never held {n} processes (has {pids:?})",
+            cgroup.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the cgroup is gone and none of `pids` lives.
+async fn wait_for_nothing_left(cgroup: &Path, pids: &[u32], what: &str) {
+    let until = Instant::now() + LONG;
+    loop {
+        let alive: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| Path::new(&format!("/proc/{p}")).exists() && !zombie(*p))
+            .collect();
+        if alive.is_empty() && !cgroup.exists() {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{what}: processes {alive:?} still live, cgroup {} exists: {}",
+            cgroup.display(),
+            cgroup.exists()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(true)
+}
+
+/// A script that leaves a double-forked, `setsid` survivor running (it
+/// keeps writing into its workspace and tries outside it), then
+/// sleeps `then_sleep` seconds and writes its verdict.
+fn survivor_script(then_sleep: u32) -> String {
+    format!(
+        r#"
+import json, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            for name in ["stray.txt", "../verdict.txt"]:
+                try:
+                    with open(name, "w") as f:
+                        f.write(json.dumps({{"written_by": "survivor"}}))
+                except OSError:
+                    pass
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep({then_sleep})
+with open("verdict.txt", "w") as f:
+    f.write(json.dumps({{"written_by": "trainer"}}))
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_reaches_nothing_of_the_host() {
+    let c = TestCluster::start(setup(), 1).await;
+    // A running task of another slot, with a file in its workspace.
+    let other = run_script(
+        &c,
+        "import time\nopen('mine.txt','w').write('x')\ntime.sleep(600)",
+    )
+    .await;
+    c.wait_for_status(other, TaskStatus::Running, LONG).await;
+    let other_file = c
+        .cluster
+        .dir
+        .join("work/host-1")
+        .join(format!("{other}-1/mine.txt"));
+    let host_pid = c.hosts[0].pid().expect("host running");
+    let secret = &c.cluster.settings.cluster.secret_file;
+    let token = &c.cluster.settings.api.token_file;
+    let redis_port = c.redis.port();
+    let script = format!(
+        r#"
+import json, os, socket
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except OSError as e:
+        return "blocked: " + e.__class__.__name__
+def read(path):
+    return lambda: open(path).read()
+def write_outside():
+    with open("/tmp/trainyard-containment-escape", "w") as f:
+        f.write("escaped")
+def connect():
+    socket.create_connection(("127.0.0.1", {redis_port}), timeout=3).close()
+verdict = {{
+    "uid": os.getuid(),
+    "secret": attempt(read({secret:?})),
+    "token": attempt(read({token:?})),
+    "config": attempt(read({config:?})),
+    "other_workspace": attempt(read({other_file:?})),
+    "host_environment": attempt(read("/proc/{host_pid}/environ")),
+    "write_outside": attempt(write_outside),
+    "redis": attempt(connect),
+    "own_workspace": attempt(lambda: open("scratch.txt", "w").write("ok")),
+}}
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#,
+        config = c.cluster.config_path,
+    );
+    let id = run_script(&c, &script).await;
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    let v = verdict(&done);
+    assert_eq!(v["uid"], 65534, "trainers run as nobody: {v}");
+    assert_eq!(v["own_workspace"], "allowed", "{v}");
+    for probe in [
+        "secret",
+        "token",
+        "config",
+        "other_workspace",
+        "host_environment",
+        "write_outside",
+        "redis",
+    ] {
+        let outcome = v[probe].as_str().unwrap_or_default();
+        assert!(outcome.starts_with("blocked"), "{probe}: {outcome} ({v})");
+    }
+    assert!(!Path::new("/tmp/trainyard-containment-escape").exists());
+    c.client().cancel(other).await.expect("cancel");
+
+    // The host says what it enforces.
+    let hosts = c.client().hosts().await.expect("hosts");
+    let layers = hosts[0].containment.join(", ");
+    for layer in [
+        "cgroup v",
+        "landlock abi",
+        "network namespace",
+        "user nobody",
+    ] {
+        assert!(layers.contains(layer), "{layer} missing from {layers}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_of_an_attempt_survives_completion_and_a_leftover_cannot_touch_the_next_result()
+{
+    let c = TestCluster::start(setup(), 1).await;
+    let first = run_script(&c, &survivor_script(2)).await;
+    let cgroup = cgroup_dir(&c, "host-1", first, 1);
+    let pids = wait_for_members(&cgroup, 2).await;
+    let done = c.wait_for_status(first, TaskStatus::Completed, LONG).await;
+    assert_eq!(verdict(&done)["written_by"], "trainer");
+    wait_for_nothing_left(&cgroup, &pids, "after completion").await;
+
+    // The next task on the host records its own result.
+    let next = run_script(
+        &c,
+        "open('verdict.txt','w').write('{\"written_by\": \"next\"}')",
+    )
+    .await;
+    let done = c.wait_for_status(next, TaskStatus::Completed, LONG).await;
+    assert_eq!(verdict(&done)["written_by"], "next");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_survives_a_cancel() {
+    let c = TestCluster::start(setup(), 1).await;
+    let id = run_script(&c, &survivor_script(600)).await;
+    let cgroup = cgroup_dir(&c, "host-1", id, 1);
+    let pids = wait_for_members(&cgroup, 2).await;
+    c.client().cancel(id).await.expect("cancel");
+    c.wait_for_status(id, TaskStatus::Cancelled, LONG).await;
+    wait_for_nothing_left(&cgroup, &pids, "after cancel").await;
+    let next = c
+        .submit(json!({"adapter": "noop", "params": {"spawn": true}}))
+        .await;
+    c.wait_for_status(next, TaskStatus::Completed, LONG).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_process_survives_a_lost_lease_or_a_killed_host() {
+    let mut c = TestCluster::start(setup(), 1).await;
+    // A frozen host cannot renew: its supervisor ends the attempt at the
+    // lease deadline, cgroup and all, while the host is still frozen.
+    let id = run_script(&c, &survivor_script(600)).await;
+    let cgroup = cgroup_dir(&c, "host-1", id, 1);
+    let pids = wait_for_members(&cgroup, 2).await;
+    c.hosts[0].pause();
+    wait_for_nothing_left(&cgroup, &pids, "after the lease deadline").await;
+    c.hosts[0].resume();
+    c.wait_for(id, LONG, "the lost attempt recorded", |d| {
+        d.attempts
+            .iter()
+            .any(|a| a.attempt == 1 && a.outcome.is_some())
+    })
+    .await;
+    // Already over if the lost attempt was its last; a no-op then.
+    let _ = c.client().cancel(id).await;
+
+    // A host killed outright: its supervisors empty the cgroups themselves.
+    let id = run_script(&c, &survivor_script(600)).await;
+    let detail = c.wait_for_status(id, TaskStatus::Running, LONG).await;
+    let cgroup = cgroup_dir(&c, "host-1", id, detail.task.attempt);
+    let pids = wait_for_members(&cgroup, 2).await;
+    c.hosts[0].kill();
+    wait_for_nothing_left(&cgroup, &pids, "after the host was killed").await;
+
+    // A restarted host serves again.
+    c.start_host("host-1");
+    let next = c
+        .submit(json!({"adapter": "noop", "params": {"spawn": true}}))
+        .await;
+    c.wait_for_status(next, TaskStatus::Completed, LONG).await;
+}
+
+/// Runs `script`, expects it FAILED with an error containing `reason`, then
+/// proves the host still completes a task.
+async fn fails_with(c: &TestCluster, script: &str, reason: &str) -> TaskDetail {
+    let id = run_script(c, script).await;
+    let done = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
+    let error = done.task.error.clone().unwrap_or_default();
+    assert!(error.contains(reason), "expected {reason:?} in: {error}");
+    let next = c
+        .submit(json!({"adapter": "noop", "params": {"spawn": true}}))
+        .await;
+    c.wait_for_status(next, TaskStatus::Completed, LONG).await;
+    done
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn limits_end_the_attempt_with_a_clear_reason() {
+    let c = TestCluster::start(setup(), 1).await;
+    // 4 GiB, every page written, under a 512 MiB limit.
+    fails_with(
+        &c,
+        "x = bytearray(b'\\x01') * (4 << 30)\nprint(len(x))",
+        "memory limit 512 MiB exceeded",
+    )
+    .await;
+    // A fork bomb meets the process limit and dies out.
+    fails_with(
+        &c,
+        "import os\nwhile True:\n    os.fork()",
+        "the script exited with 1",
+    )
+    .await;
+    // Many files, each under the file size limit, past the workspace quota.
+    fails_with(
+        &c,
+        "import time\nfor i in range(400):\n    open(f'fill-{i}', 'wb').write(b'x' * (1 << 20))\ntime.sleep(600)",
+        "disk quota 32 MiB exceeded",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cpu_quota_holds_a_busy_loop_near_it() {
+    let c = TestCluster::start(setup(), 1).await;
+    let script = r#"
+import json, time
+start_wall, start_cpu = time.monotonic(), time.process_time()
+while time.monotonic() - start_wall < 3:
+    pass
+ratio = (time.process_time() - start_cpu) / (time.monotonic() - start_wall)
+open("verdict.txt", "w").write(json.dumps({"cpu_per_wall": ratio}))
+"#;
+    let id = c
+        .submit(json!({
+            "adapter": "script-trainer",
+            "params": {"script": script},
+            "resources": {"cpus": 0.5},
+        }))
+        .await;
+    let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+    let ratio = verdict(&done)["cpu_per_wall"].as_f64().unwrap_or(1.0);
+    // A 0.5-core quota: never more than half a core, whatever the load.
+    assert!(
+        ratio < 0.6,
+        "the busy loop used {ratio:.2} of a core under a 0.5 quota"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_refuses_to_start_when_a_layer_cannot_be_enforced() {
+    let setup = Setup {
+        configure: |s| s.host.containment.user = "no-such-trainer-user".into(),
+        ..setup()
+    };
+    let mut c = TestCluster::prepare(setup).await;
+    c.start_master().await;
+    let index = c.start_host("host-1");
+    let until = Instant::now() + LONG;
+    while c.hosts[index].running() {
+        assert!(Instant::now() < until, "the host did not refuse to start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = c.log("host-1");
+    assert!(
+        log.contains("no-such-trainer-user") && log.contains("host.containment.user = \"off\""),
+        "the refusal names the user and the key that turns the layer off:\n{log}"
+    );
+}
