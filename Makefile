@@ -34,6 +34,8 @@ demo: build
 test: adapters
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
+	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }
+	@command -v redis-cli >/dev/null || { echo "redis-cli not found: install the Debian package redis-tools (the deployment guide's commands use it)"; exit 1; }
 	@CARGO=$(CARGO) scripts/check_no_test_machinery.sh
 	$(WITH_POSTGRES) -- $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory -C adapters test

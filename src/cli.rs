@@ -55,8 +55,26 @@ pub enum Command {
     Demo(DemoArgs),
     /// Print a fresh random value for cluster.secret or api.token
     Secret,
+    /// Make a development CA and TLS certificates for a master and hosts
+    Certs(CertsArgs),
     /// Print the effective configuration with each value's source (secrets redacted)
     Config(commands::config::ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Directory for the PEM files; a CA already there (ca.pem, ca-key.pem) is reused
+    #[arg(long, default_value = "data/tls")]
+    pub out: std::path::PathBuf,
+    /// A name hosts and the CLI reach the master by (DNS name or IP address); repeatable
+    #[arg(long, default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+    pub master_name: Vec<String>,
+    /// A host id to make a client certificate for (mutual TLS); repeatable
+    #[arg(long)]
+    pub host: Vec<String>,
+    /// Days the master's and hosts' certificates are valid
+    #[arg(long, default_value_t = 365)]
+    pub days: i64,
 }
 
 #[derive(Debug, Args)]

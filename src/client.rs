@@ -23,6 +23,7 @@ use trainyard_master::scheduler::FreeResources;
 use trainyard_master::search::{SweepDetail, SweepSummary};
 use trainyard_proto::messages::AdapterInfo;
 use trainyard_proto::resources::HostCapacity;
+use trainyard_proto::tls::{ClientTls, ServerCheck};
 use trainyard_proto::TaskId;
 
 /// How long opening a connection to the master may take.
@@ -130,28 +131,60 @@ impl ApiClient {
     /// A client of the master at `base_url` (`http://host:port`). An empty
     /// token counts as none.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
+        Self::with_tls(base_url, token, None)
+    }
+
+    /// A client of the master at `base_url`: `https://host:port` with `tls`
+    /// saying how to check the master's certificate, or `http://host:port`.
+    pub fn with_tls(
+        base_url: &str,
+        token: Option<String>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Self, ClientError> {
         let shown = base_url.trim().trim_end_matches('/').to_string();
         let invalid = |reason: String| ClientError::InvalidUrl {
             url: base_url.to_string(),
             reason,
         };
         let mut base = Url::parse(base_url.trim()).map_err(|e| invalid(e.to_string()))?;
-        if base.scheme() != "http" {
-            return Err(invalid(format!(
-                "use http://HOST:PORT (the {}:// scheme is not supported; this build has no TLS)",
-                base.scheme()
-            )));
-        }
+        let tls = match (base.scheme(), tls) {
+            ("http", _) => None,
+            ("https", Some(tls)) => Some(tls),
+            ("https", None) => {
+                return Err(invalid(
+                    "https:// needs tls.ca to check the master's certificate against".into(),
+                ))
+            }
+            (scheme, _) => {
+                return Err(invalid(format!(
+                    "use http://HOST:PORT or https://HOST:PORT (not {scheme}://)"
+                )))
+            }
+        };
         if !base.path().ends_with('/') {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
         base.set_query(None);
         base.set_fragment(None);
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
-            .user_agent(concat!("trainyard/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("trainyard/", env!("CARGO_PKG_VERSION")));
+        if let Some(tls) = tls {
+            if matches!(tls.server, ServerCheck::Insecure) {
+                tracing::warn!(
+                    url = %shown,
+                    "INSECURE: the master's TLS certificate is not verified \
+                     (tls.insecure_skip_verify); for tests only"
+                );
+            }
+            let config = tls
+                .config()
+                .map_err(|e| ClientError::Setup(e.to_string()))?;
+            http = http.use_preconfigured_tls(config);
+        }
+        let http = http
             .build()
             .map_err(|e| ClientError::Setup(e.to_string()))?;
         Ok(Self {

@@ -326,9 +326,10 @@ impl Cluster {
     /// file the master creates, once it exists).
     pub fn client(&self) -> anyhow::Result<crate::client::ApiClient> {
         let token = crate::secrets::api_token(&self.settings.api, false).ok();
-        Ok(crate::client::ApiClient::new(
+        Ok(crate::client::ApiClient::with_tls(
             &self.settings.api.url,
             token,
+            crate::tls::api_client(&self.settings)?.as_ref(),
         )?)
     }
 

@@ -11,6 +11,8 @@
 //! - [`secrets`]: the cluster secret and the API token.
 //! - [`roles`]: running a master or a host from the settings.
 //! - [`data_dir`]: the master's files, private to its user.
+//! - [`tls`]: what each role makes of the `[tls]` settings; [`certs`]:
+//!   `trainyard certs`, a development CA and certificates.
 //! - [`client`], [`commands`]: the HTTP API client and operator commands.
 //! - [`cluster`]: starting real master and host processes (the demo,
 //!   benchmarks and tests use it); [`redis_server`]: a private
@@ -18,6 +20,7 @@
 //! - [`demo`]: `trainyard demo`.
 //! - [`logging`]: tracing set-up.
 
+pub mod certs;
 pub mod cli;
 pub mod client;
 pub mod cluster;
@@ -29,6 +32,7 @@ pub mod redis_server;
 pub mod roles;
 pub mod secrets;
 pub mod settings;
+pub mod tls;
 
 use cli::{Cli, Command};
 use std::process::ExitCode;
@@ -46,11 +50,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(f) => tracing::debug!(file = %f.display(), "configuration read"),
         None => tracing::debug!("no config file; using defaults and the environment"),
     }
-    let client = || {
-        client::ApiClient::new(
+    let client = || -> anyhow::Result<client::ApiClient> {
+        Ok(client::ApiClient::with_tls(
             &settings.api.url,
             secrets::api_token(&settings.api, false).ok(),
-        )
+            tls::api_client(&settings)?.as_ref(),
+        )?)
     };
     match cli.command {
         Command::Master(_) => {
@@ -71,6 +76,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,
         Command::Demo(args) => return demo::run(args).await,
         Command::Secret => println!("{}", trainyard_proto::auth::ClusterSecret::generate_hex()),
+        Command::Certs(args) => {
+            for path in certs::write(&certs::Request {
+                dir: &args.out,
+                master_names: &args.master_name,
+                hosts: &args.host,
+                days: args.days,
+            })? {
+                println!("{}", path.display());
+            }
+        }
         Command::Config(args) => commands::config::run(&settings, &source, args)?,
     }
     Ok(ExitCode::SUCCESS)

@@ -29,6 +29,7 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         known_adapters: s.master.known_adapters.clone(),
         max_batch: s.master.max_batch,
         reserve_after: s.master.reserve_after,
+        tls: crate::tls::master(s)?,
     })
 }
 
@@ -110,6 +111,7 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
     config.progress_interval = s.host.progress_interval;
     config.keep_workspaces = s.host.keep_workspaces;
     config.max_frame_bytes = s.host.max_frame_bytes;
+    config.tls = crate::tls::host(s)?;
     Ok(config)
 }
 

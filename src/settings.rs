@@ -45,7 +45,34 @@ pub struct Settings {
     pub api: ApiSection,
     pub master: MasterSection,
     pub host: HostSection,
+    pub tls: TlsSection,
     pub timers: Timers,
+}
+
+/// `[tls]`: TLS on the master's two listeners, and what hosts and the CLI
+/// trust. See `crate::tls` for what each role makes of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSection {
+    /// TLS between hosts and the master, and HTTPS on the API.
+    pub enabled: bool,
+    /// The CA certificate(s) (PEM) the master's certificate is checked
+    /// against by hosts and the CLI, and hosts' certificates by the master.
+    pub ca: Option<PathBuf>,
+    /// This process's certificate chain (PEM): the master's server
+    /// certificate, or a host's client certificate for mutual TLS.
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of `cert`.
+    pub key: Option<PathBuf>,
+    /// The master requires every host to present a certificate signed by
+    /// `ca` that names the host's id (mutual TLS).
+    pub require_host_certificates: bool,
+    /// The name the master's certificate must carry, when it is not the host
+    /// part of `host.master` / `api.url`.
+    pub server_name: Option<String>,
+    /// Hosts and the CLI accept any certificate from the master. For tests
+    /// only: anyone on the path can pose as the master. Logged loudly.
+    pub insecure_skip_verify: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -171,6 +198,7 @@ impl Default for Settings {
             api: ApiSection::default(),
             master: MasterSection::default(),
             host: HostSection::default(),
+            tls: TlsSection::default(),
             timers: Timers::default(),
         }
     }

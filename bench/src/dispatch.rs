@@ -15,6 +15,10 @@
 //! Latency is from the moment the client sent a task's submission to the
 //! task's `finished_at` in the database (the master's clock on the same
 //! machine, taken in the turn that records the report).
+//!
+//! The `tls` benchmark runs the same on SQLite twice, over plain TCP and
+//! over TLS (hosts' channel and the API, certificates from `trainyard
+//! certs`), and reports the throughput of each.
 
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
@@ -39,22 +43,79 @@ pub async fn run(env: &BenchEnv, backends: Backends, spawn: bool) -> anyhow::Res
     let mut rows = vec![];
     let bench = if spawn { "spawn" } else { "dispatch" };
     for backend in backends.list() {
-        match one_backend(env, backend, spawn).await {
-            Ok(r) => rows.extend(r),
+        match one_backend(env, backend, spawn, Transport::Plain).await {
+            Ok((r, _)) => rows.extend(r),
             Err(e) => rows.push(Row::failed(bench, format!("run on {backend}"), &e)),
         }
     }
     Ok(rows)
 }
 
+/// What hosts and the API client reach the master over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    Plain,
+    Tls,
+}
+
+/// Dispatch throughput on SQLite over plain TCP, then over TLS.
+pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
+    let (_, plain) = one_backend(env, "sqlite", false, Transport::Plain).await?;
+    let (mut rows, tls) = one_backend(env, "sqlite", false, Transport::Tls).await?;
+    rows.retain(|r| {
+        !r.measure.starts_with("submit→complete") && !r.measure.starts_with("throughput")
+    });
+    rows.push(Row::info(
+        "tls",
+        "dispatch throughput, TLS off → on (sqlite)",
+        format!(
+            "{plain:.0} → {tls:.0} tasks/s ({:+.0} %)",
+            (tls / plain.max(1.0) - 1.0) * 100.0
+        ),
+    ));
+    Ok(rows)
+}
+
+/// Turns the stage's cluster to TLS: a development CA and a master
+/// certificate from `trainyard certs`, HTTPS for the API client.
+fn use_tls(cluster: &mut trainyard::cluster::Cluster) -> anyhow::Result<()> {
+    let dir = cluster.dir.join("tls");
+    trainyard::certs::write(&trainyard::certs::Request {
+        dir: &dir,
+        master_names: &["127.0.0.1".to_string()],
+        hosts: &[],
+        days: 1,
+    })?;
+    let s = &mut cluster.settings;
+    s.tls.enabled = true;
+    s.tls.ca = Some(dir.join("ca.pem"));
+    s.tls.cert = Some(dir.join("master.pem"));
+    s.tls.key = Some(dir.join("master-key.pem"));
+    s.api.url = s.api.url.replace("http://", "https://");
+    Ok(())
+}
+
 /// Submission times of tasks, by id, in ms since the Unix epoch.
 type Sent = HashMap<u64, i64>;
 
-async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Result<Vec<Row>> {
-    let bench = if spawn { "spawn" } else { "dispatch" };
+/// One run; its rows and its throughput in tasks/s.
+async fn one_backend(
+    env: &BenchEnv,
+    backend: &str,
+    spawn: bool,
+    transport: Transport,
+) -> anyhow::Result<(Vec<Row>, f64)> {
+    let bench = match (spawn, transport) {
+        (true, _) => "spawn",
+        (false, Transport::Plain) => "dispatch",
+        (false, Transport::Tls) => "tls",
+    };
     let tasks: usize = env.size(10_000, 60);
     let (hosts, slots) = env.size((16, 32), (2, 4));
-    let stage = env.stage(bench, backend).await?;
+    let mut stage = env.stage(bench, backend).await?;
+    if transport == Transport::Tls {
+        use_tls(&mut stage.cluster)?;
+    }
     stage.cluster.write_config()?;
     let mut master = stage.cluster.spawn_master()?;
     let client = stage
@@ -262,7 +323,7 @@ async fn one_backend(env: &BenchEnv, backend: &str, spawn: bool) -> anyhow::Resu
             super::report::mib(rss),
         ));
     }
-    Ok(rows)
+    Ok((rows, rate))
 }
 
 async fn submit(

@@ -55,6 +55,7 @@ impl Fleet {
             config.timers = settings.timers.clone();
             config.slots = spec.slots;
             config.supervisor = cluster.bins.supervisor.clone();
+            config.tls = trainyard::tls::host(settings)?;
             config.adapters = spec
                 .adapters
                 .iter()

@@ -54,6 +54,8 @@ pub enum Bench {
     Sweep,
     /// Host RSS idle and per task; master RSS with 1,000 hosts, 100,000 tasks.
     Memory,
+    /// Dispatch throughput over plain TCP and over TLS (SQLite).
+    Tls,
     /// What containment adds to one attempt, next to `python3 -c pass`.
     Containment,
 }
@@ -104,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 8] = [
+    let steps: [(Bench, &str); 9] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -112,6 +114,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Storm, "storm"),
         (Bench::Sweep, "sweep"),
         (Bench::Memory, "memory"),
+        (Bench::Tls, "tls"),
         (Bench::Containment, "containment"),
     ];
     for (bench, name) in steps {
@@ -127,6 +130,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Storm => storm::run(&env).await,
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,
+            Bench::Tls => dispatch::run_tls(&env).await,
             Bench::Containment => containment::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };

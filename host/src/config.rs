@@ -68,6 +68,19 @@ pub struct HostConfig {
     /// Keep workspaces after the attempt (for debugging) instead of deleting them.
     pub keep_workspaces: bool,
     pub max_frame_bytes: usize,
+    /// TLS to the master, or plain TCP when unset.
+    pub tls: Option<HostTls>,
+}
+
+/// How the host reaches the master over TLS.
+#[derive(Clone, Debug)]
+pub struct HostTls {
+    /// The CA to check the master's certificate against (or none, for
+    /// tests), and this host's own certificate for mutual TLS.
+    pub client: trainyard_proto::tls::ClientTls,
+    /// The name the master's certificate must carry; the host part of
+    /// `master` when unset.
+    pub server_name: Option<String>,
 }
 
 impl HostConfig {
@@ -107,6 +120,7 @@ impl HostConfig {
             progress_interval: Duration::from_millis(250),
             keep_workspaces: false,
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
+            tls: None,
         }
     }
 }

@@ -6,6 +6,10 @@
 //! The backoff resets only once the master has welcomed the host and proved
 //! it knows the cluster secret; a master that accepts TCP connections but is
 //! not ready (or an impostor) leaves the delay growing.
+//!
+//! Over TLS the host checks the master's certificate first, and both proofs
+//! of the handshake are bound to the TLS session (its exporter value), so a
+//! handshake relayed by a machine in the middle fails.
 
 use crate::agent::{AgentHandle, Event};
 use crate::backoff::Backoff;
@@ -16,13 +20,25 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
+use tokio_util::either::Either;
 use trainyard_proto::auth::{nonce, ClusterSecret};
 use trainyard_proto::frame::MessageCodec;
 use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
 use trainyard_proto::resources::HostCapacity;
+use trainyard_proto::tls::rustls::pki_types::ServerName;
+use trainyard_proto::tls::{channel_binding, client, TlsConnector};
 use trainyard_proto::{HostId, Timers, PROTOCOL_VERSION};
 
-type MasterFrames = Framed<TcpStream, MessageCodec<MasterMessage, HostMessage>>;
+type MasterStream = Either<TcpStream, client::TlsStream<TcpStream>>;
+type MasterFrames = Framed<MasterStream, MessageCodec<MasterMessage, HostMessage>>;
+
+/// TLS to the master: who to trust, what to present, which name to expect.
+#[derive(Clone)]
+pub struct MasterTls {
+    pub connector: TlsConnector,
+    /// The name the master's certificate must carry.
+    pub server_name: ServerName<'static>,
+}
 
 /// What the connection loop needs.
 pub struct ConnectionConfig {
@@ -34,6 +50,8 @@ pub struct ConnectionConfig {
     pub secret: ClusterSecret,
     pub timers: Timers,
     pub max_frame: usize,
+    /// TLS, or plain TCP when unset.
+    pub tls: Option<MasterTls>,
     /// The containment layers the host enforces.
     pub containment: Vec<String>,
 }
@@ -56,6 +74,10 @@ pub enum ConnectionEvent {
 enum HandshakeError {
     #[error("cannot connect: {0}")]
     Connect(std::io::Error),
+    #[error("TLS handshake with the master failed: {0}")]
+    Tls(std::io::Error),
+    #[error("the master refused this host's TLS certificate: {0}")]
+    CertificateRefused(std::io::Error),
     #[error("the master refused this host: {0}")]
     Refused(String),
     #[error("the master did not prove it knows the cluster secret")]
@@ -97,6 +119,9 @@ pub async fn run(
             Ok(Err(HandshakeError::Refused(reason))) => {
                 tracing::error!(master = %config.master, %reason, "the master refused this host");
             }
+            Ok(Err(e @ (HandshakeError::Tls(_) | HandshakeError::CertificateRefused(_)))) => {
+                tracing::error!(master = %config.master, error = %e, "could not connect to the master over TLS")
+            }
             Ok(Err(e)) => {
                 tracing::warn!(master = %config.master, error = %e, "could not connect to the master")
             }
@@ -122,6 +147,19 @@ async fn handshake(
         .await
         .map_err(HandshakeError::Connect)?;
     let _ = stream.set_nodelay(true);
+    let (stream, channel) = match &config.tls {
+        None => (Either::Left(stream), Vec::new()),
+        Some(tls) => {
+            let stream = tls
+                .connector
+                .connect(tls.server_name.clone(), stream)
+                .await
+                .map_err(HandshakeError::Tls)?;
+            let channel = channel_binding(stream.get_ref().1)
+                .map_err(|e| HandshakeError::Tls(std::io::Error::other(e)))?;
+            (Either::Right(stream), channel)
+        }
+    };
     let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
     let challenge = match frames.next().await {
         Some(Ok(MasterMessage::Challenge(c))) => c,
@@ -131,6 +169,11 @@ async fn handshake(
                 "expected a challenge, got {}",
                 other.kind()
             )))
+        }
+        // With TLS 1.3 the master checks the host's certificate after the
+        // host has finished its side: a refusal arrives as an alert here.
+        Some(Err(trainyard_proto::frame::FrameError::Io(e))) if refused_certificate(&e) => {
+            return Err(HandshakeError::CertificateRefused(e))
         }
         Some(Err(e)) => return Err(HandshakeError::Protocol(e.to_string())),
         None => {
@@ -155,9 +198,12 @@ async fn handshake(
         .await
         .map_err(|_| HandshakeError::Protocol("host agent stopped".into()))?;
     let host_nonce = nonce();
-    let proof = config
-        .secret
-        .host_proof(&challenge.nonce, &host_nonce, config.host.as_str());
+    let proof = config.secret.host_proof(
+        &challenge.nonce,
+        &host_nonce,
+        config.host.as_str(),
+        &channel,
+    );
     let hello = Hello {
         protocol: PROTOCOL_VERSION,
         host_id: config.host.clone(),
@@ -180,6 +226,7 @@ async fn handshake(
                 &challenge.nonce,
                 &host_nonce,
                 config.host.as_str(),
+                &channel,
                 &w.proof,
             ) {
                 Ok(frames)
@@ -197,6 +244,15 @@ async fn handshake(
             "the master closed the connection during the handshake".into(),
         )),
     }
+}
+
+/// Whether a read failed because the master's TLS layer sent an alert
+/// refusing this host's certificate.
+fn refused_certificate(e: &std::io::Error) -> bool {
+    use trainyard_proto::tls::rustls::Error;
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .is_some_and(|e| matches!(e, Error::AlertReceived(_)))
 }
 
 /// Carries messages until the connection fails or goes silent.

@@ -51,6 +51,8 @@ pub enum HostError {
     DuplicateAdapter(String),
     #[error("invalid Redis URL: {0}")]
     RedisUrl(redis::RedisError),
+    #[error("TLS: {0}")]
+    Tls(#[from] trainyard_proto::tls::TlsError),
     #[error("cannot create the work directory {path}: {source}")]
     WorkDir {
         path: String,
@@ -174,6 +176,11 @@ pub async fn start(
         path: config.work_dir.display().to_string(),
         source,
     })?;
+    let tls = config
+        .tls
+        .as_ref()
+        .map(|t| master_tls(t, &config.master))
+        .transpose()?;
     let enforcement = containment::Enforcement::probe(
         &config.containment,
         &cgroup_dir_name(&config),
@@ -208,6 +215,7 @@ pub async fn start(
         secret: config.cluster_secret.clone(),
         timers: config.timers.clone(),
         max_frame: config.max_frame_bytes,
+        tls,
         containment: enforcement.layers(),
     };
     tracing::info!(
@@ -282,4 +290,25 @@ fn base_env(config: &HostConfig) -> Vec<(String, String)> {
         env.push((name.clone(), value.clone()));
     }
     env
+}
+
+/// The connector and expected name for TLS to the master; certificate files
+/// are read now, so a bad one stops the start.
+fn master_tls(
+    tls: &config::HostTls,
+    master: &str,
+) -> Result<connection::MasterTls, trainyard_proto::tls::TlsError> {
+    use trainyard_proto::tls::{server_name_of, ServerCheck};
+    let server_name = server_name_of(tls.server_name.as_deref().unwrap_or(master))?;
+    if matches!(tls.client.server, ServerCheck::Insecure) {
+        tracing::warn!(
+            master,
+            "INSECURE: the master's TLS certificate is not verified (tls.insecure_skip_verify); \
+             anyone on the network path can pose as the master. For tests only."
+        );
+    }
+    Ok(connection::MasterTls {
+        connector: tls.client.connector()?,
+        server_name,
+    })
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 use trainyard_proto::auth::ClusterSecret;
+use trainyard_proto::tls::ServerTls;
 use trainyard_proto::Timers;
 
 /// Default of `master.reserve_after`: how long the first task in queue
@@ -39,6 +40,10 @@ pub struct MasterConfig {
     /// How long the first task in queue order may wait without fitting
     /// anywhere before it reserves a host.
     pub reserve_after: Duration,
+    /// TLS on both listeners, or plain TCP when unset. Its `client_ca`
+    /// makes hosts present a certificate naming their id (mutual TLS); the
+    /// API never asks the CLI for one.
+    pub tls: Option<ServerTls>,
 }
 
 impl MasterConfig {
@@ -65,6 +70,7 @@ impl MasterConfig {
             known_adapters: vec![],
             max_batch: 4096,
             reserve_after: DEFAULT_RESERVE_AFTER,
+            tls: None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub enum MasterError {
     Store(#[from] store::StoreError),
     #[error("invalid Redis URL: {0}")]
     RedisUrl(redis::RedisError),
+    #[error("TLS: {0}")]
+    Tls(#[from] trainyard_proto::tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -85,6 +87,20 @@ impl RunningMaster {
 /// another master.
 pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     config.timers.validate()?;
+    // Certificates are read before anything else, so a bad file stops the
+    // start with nothing taken.
+    let hosts_tls = config.tls.as_ref().map(|t| t.acceptor()).transpose()?;
+    let api_tls = config
+        .tls
+        .as_ref()
+        .map(|t| {
+            trainyard_proto::tls::ServerTls {
+                client_ca: None,
+                ..t.clone()
+            }
+            .acceptor()
+        })
+        .transpose()?;
     let lock = store::MasterLock::acquire(&config.database_url).await?;
     let store = store::Store::connect(&config.database_url).await?;
     tracing::info!(backend = ?store.backend(), "task store ready");
@@ -157,6 +173,8 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         hosts_listener,
         sessions::ListenerConfig {
             secret: config.cluster_secret.clone(),
+            tls: hosts_tls,
+            host_certificates: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
             timers: config.timers.clone(),
             max_frame: config.max_frame_bytes,
             max_connections: config.max_connections,
@@ -186,15 +204,39 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         sweep_interval: config.timers.sweep_interval,
     });
     let api_stopped = until_stopped();
+    let served = match api_tls {
+        None => tokio::spawn(async move {
+            axum::serve(api_listener, app)
+                .with_graceful_shutdown(api_stopped)
+                .await
+        }),
+        Some(tls) => {
+            let listener = api::tls::TlsListener::new(api_listener, tls).map_err(|source| {
+                MasterError::Listen {
+                    addr: config.api_listen,
+                    source,
+                }
+            })?;
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(api_stopped)
+                    .await
+            })
+        }
+    };
     tasks.spawn(async move {
-        if let Err(e) = axum::serve(api_listener, app)
-            .with_graceful_shutdown(api_stopped)
-            .await
-        {
-            tracing::error!(error = %e, "API server failed");
+        match served.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "API server failed"),
+            Err(e) => tracing::error!(error = %e, "API server panicked"),
+            Ok(Ok(())) => {}
         }
     });
-    tracing::info!(%hosts_addr, %api_addr, "master listening");
+    let transport = match &config.tls {
+        None => "plain TCP",
+        Some(t) if t.client_ca.is_some() => "TLS, hosts present certificates naming their id",
+        Some(_) => "TLS",
+    };
+    tracing::info!(%hosts_addr, %api_addr, transport, "master listening");
     Ok(RunningMaster {
         hosts_addr,
         api_addr,

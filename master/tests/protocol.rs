@@ -104,7 +104,7 @@ impl FakeHost {
             }],
             running,
             capacity: Default::default(),
-            proof: secret.host_proof(&challenge.nonce, &host_nonce, id),
+            proof: secret.host_proof(&challenge.nonce, &host_nonce, id, &[]),
             nonce: host_nonce,
             agent: "fake".into(),
             containment: vec![],

@@ -4,9 +4,14 @@
 //!
 //! Each side contributes a fresh 32-byte nonce. The host's proof is an
 //! HMAC-SHA256, keyed with the secret, over a fixed label, the master's nonce,
-//! the host's nonce and the host id; the master's proof uses another label and
-//! the nonces the other way round, so a proof can be replayed neither in a
-//! later handshake nor in the opposite direction.
+//! the host's nonce, the host id and the channel binding; the master's proof
+//! uses another label and the nonces the other way round, so a proof can be
+//! replayed neither in a later handshake nor in the opposite direction.
+//!
+//! The channel binding is the TLS session's exporter value (`tls::channel_binding`)
+//! when the connection is TLS, and empty on plain TCP: over TLS a proof is
+//! good for one TLS session only, so a machine in the middle that relays a
+//! handshake between two sessions of its own cannot pass it on.
 
 use hmac::{Hmac, Mac};
 use rand::RngCore;
@@ -43,9 +48,16 @@ impl ClusterSecret {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    fn mac(&self, label: &[u8], first: &[u8], second: &[u8], host_id: &str) -> Hmac<Sha256> {
+    fn mac(
+        &self,
+        label: &[u8],
+        first: &[u8],
+        second: &[u8],
+        host_id: &str,
+        channel: &[u8],
+    ) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC accepts any key length");
-        for part in [label, first, second, host_id.as_bytes()] {
+        for part in [label, first, second, host_id.as_bytes(), channel] {
             mac.update(&(part.len() as u32).to_be_bytes());
             mac.update(part);
         }
@@ -53,8 +65,14 @@ impl ClusterSecret {
     }
 
     /// What a host sends to prove it knows the secret.
-    pub fn host_proof(&self, master_nonce: &[u8], host_nonce: &[u8], host_id: &str) -> Vec<u8> {
-        self.mac(HOST_LABEL, master_nonce, host_nonce, host_id)
+    pub fn host_proof(
+        &self,
+        master_nonce: &[u8],
+        host_nonce: &[u8],
+        host_id: &str,
+        channel: &[u8],
+    ) -> Vec<u8> {
+        self.mac(HOST_LABEL, master_nonce, host_nonce, host_id, channel)
             .finalize()
             .into_bytes()
             .to_vec()
@@ -66,16 +84,23 @@ impl ClusterSecret {
         master_nonce: &[u8],
         host_nonce: &[u8],
         host_id: &str,
+        channel: &[u8],
         proof: &[u8],
     ) -> bool {
-        self.mac(HOST_LABEL, master_nonce, host_nonce, host_id)
+        self.mac(HOST_LABEL, master_nonce, host_nonce, host_id, channel)
             .verify_slice(proof)
             .is_ok()
     }
 
     /// What the master sends back to prove it knows the secret too.
-    pub fn master_proof(&self, master_nonce: &[u8], host_nonce: &[u8], host_id: &str) -> Vec<u8> {
-        self.mac(MASTER_LABEL, host_nonce, master_nonce, host_id)
+    pub fn master_proof(
+        &self,
+        master_nonce: &[u8],
+        host_nonce: &[u8],
+        host_id: &str,
+        channel: &[u8],
+    ) -> Vec<u8> {
+        self.mac(MASTER_LABEL, host_nonce, master_nonce, host_id, channel)
             .finalize()
             .into_bytes()
             .to_vec()
@@ -87,9 +112,10 @@ impl ClusterSecret {
         master_nonce: &[u8],
         host_nonce: &[u8],
         host_id: &str,
+        channel: &[u8],
         proof: &[u8],
     ) -> bool {
-        self.mac(MASTER_LABEL, host_nonce, master_nonce, host_id)
+        self.mac(MASTER_LABEL, host_nonce, master_nonce, host_id, channel)
             .verify_slice(proof)
             .is_ok()
     }
@@ -120,31 +146,57 @@ mod tests {
     fn a_host_with_the_secret_passes_and_one_without_does_not() {
         let (m, h) = (nonce(), nonce());
         let good = secret("correct horse battery staple");
-        let proof = good.host_proof(&m, &h, "gpu-1");
-        assert!(good.verify_host(&m, &h, "gpu-1", &proof));
+        let proof = good.host_proof(&m, &h, "gpu-1", &[]);
+        assert!(good.verify_host(&m, &h, "gpu-1", &[], &proof));
         let wrong = secret("incorrect horse battery staple");
-        assert!(!good.verify_host(&m, &h, "gpu-1", &wrong.host_proof(&m, &h, "gpu-1")));
-        assert!(!good.verify_host(&m, &h, "gpu-1", &[]));
+        assert!(!good.verify_host(
+            &m,
+            &h,
+            "gpu-1",
+            &[],
+            &wrong.host_proof(&m, &h, "gpu-1", &[])
+        ));
+        assert!(!good.verify_host(&m, &h, "gpu-1", &[], &[]));
     }
 
     #[test]
     fn a_proof_is_bound_to_its_nonces_host_and_direction() {
         let (m, h) = (nonce(), nonce());
         let s = secret("correct horse battery staple");
-        let proof = s.host_proof(&m, &h, "gpu-1");
+        let session = [7u8; 32];
+        let proof = s.host_proof(&m, &h, "gpu-1", &session);
+        assert!(s.verify_host(&m, &h, "gpu-1", &session, &proof));
         assert!(
-            !s.verify_host(&nonce(), &h, "gpu-1", &proof),
+            !s.verify_host(&nonce(), &h, "gpu-1", &session, &proof),
             "replayed against a new challenge"
         );
         assert!(
-            !s.verify_host(&m, &h, "gpu-2", &proof),
+            !s.verify_host(&m, &h, "gpu-2", &session, &proof),
             "claimed by another host"
         );
         assert!(
-            !s.verify_master(&m, &h, "gpu-1", &proof),
+            !s.verify_master(&m, &h, "gpu-1", &session, &proof),
             "reflected back as the master's proof"
         );
-        assert!(s.verify_master(&m, &h, "gpu-1", &s.master_proof(&m, &h, "gpu-1")));
+        let m_proof = s.master_proof(&m, &h, "gpu-1", &session);
+        assert!(s.verify_master(&m, &h, "gpu-1", &session, &m_proof));
+    }
+
+    #[test]
+    fn a_proof_is_bound_to_its_tls_session() {
+        let (m, h) = (nonce(), nonce());
+        let s = secret("correct horse battery staple");
+        // What a relay in the middle sees: the host's session with the relay
+        // and the relay's own session with the master export different values.
+        let (host_side, master_side) = ([1u8; 32], [2u8; 32]);
+        let relayed = s.host_proof(&m, &h, "gpu-1", &host_side);
+        assert!(!s.verify_host(&m, &h, "gpu-1", &master_side, &relayed));
+        assert!(
+            !s.verify_host(&m, &h, "gpu-1", &[], &relayed),
+            "TLS proof on plain TCP"
+        );
+        let back = s.master_proof(&m, &h, "gpu-1", &master_side);
+        assert!(!s.verify_master(&m, &h, "gpu-1", &host_side, &back));
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //! - [`redis_link`] (feature `redis`): a Redis connection that survives
 //!   Redis being down at start-up and reconnects after it restarts.
 //! - [`timers`]: the intervals and TTLs master and hosts must agree on.
+//! - [`tls`] (feature `tls`): rustls configurations from PEM files, the
+//!   channel binding of the handshake, host certificates' names.
 //!
-//! Apart from `redis_link` this crate does no I/O; policy (timeouts, retries) belongs to
+//! Apart from `redis_link` and `tls` this crate does no I/O; policy (timeouts, retries) belongs to
 //! the master and the host.
 
 pub mod auth;
@@ -26,6 +28,8 @@ pub mod messages;
 pub mod redis_link;
 pub mod resources;
 pub mod timers;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use ids::{AttemptRef, HostId, InvalidId, TaskId, WorkerId};
 pub use timers::Timers;
@@ -33,7 +37,8 @@ pub use timers::Timers;
 /// Version of the wire protocol. A master refuses hosts that speak another.
 /// Version 2 added resources: capacity in the hello, the request in each
 /// dispatch, the assignment with each attempt, and the liveness probe.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version 3 binds the handshake's proofs to the TLS session (`auth`).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

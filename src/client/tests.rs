@@ -268,7 +268,14 @@ fn urls_the_client_cannot_use_are_refused_up_front() {
     let https = ApiClient::new("https://master:7701", None)
         .unwrap_err()
         .to_string();
-    assert!(https.contains("use http://HOST:PORT"), "{https}");
+    assert!(https.contains("https:// needs tls.ca"), "{https}");
+    let ftp = ApiClient::new("ftp://master:7701", None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        ftp.contains("use http://HOST:PORT or https://HOST:PORT"),
+        "{ftp}"
+    );
     let junk = ApiClient::new("master:7701 x", None)
         .unwrap_err()
         .to_string();

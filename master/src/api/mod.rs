@@ -1,6 +1,7 @@
 //! The master's HTTP API (JSON): tasks, hosts, the live event stream and
 //! health. Mutating endpoints need the bearer token; bad requests get a 4xx
-//! with a JSON error and store nothing.
+//! with a JSON error and store nothing. Served over HTTPS when the master
+//! has a certificate ([`tls`]).
 //!
 //! | method | path | |
 //! | --- | --- | --- |
@@ -26,6 +27,7 @@ pub mod health;
 mod hosts;
 mod sweeps;
 mod tasks;
+pub mod tls;
 
 pub use error::ApiError;
 pub use tasks::{SubmitBatch, SubmitTask};

@@ -1,10 +1,14 @@
 //! The master's side of the handshake: send a challenge, check the host's
-//! hello (protocol, identity, proof of the cluster secret, sane numbers),
-//! and answer with the master's own proof. `check_hello` is the pure part.
+//! hello (protocol, identity, proof of the cluster secret bound to the TLS
+//! session, the name on its certificate, sane numbers), and answer with the
+//! master's own proof. `check_hello` and `check_certificate` are the pure
+//! part.
 
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::messages::Hello;
-use trainyard_proto::PROTOCOL_VERSION;
+use trainyard_proto::tls::certificate_names;
+use trainyard_proto::tls::rustls::pki_types::CertificateDer;
+use trainyard_proto::{HostId, PROTOCOL_VERSION};
 
 /// Most slots one host may declare.
 pub const MAX_SLOTS: u32 = 4096;
@@ -18,8 +22,12 @@ pub enum HandshakeRefusal {
         "protocol version {got} is not supported; this master speaks version {PROTOCOL_VERSION}"
     )]
     Protocol { got: u32 },
-    #[error("authentication failed: the host does not know the cluster secret")]
+    #[error("authentication failed: the host does not know the cluster secret, or its proof was made for another TLS session (relayed)")]
     BadProof,
+    #[error("the host's TLS certificate does not name its host id {host}")]
+    CertificateName { host: String },
+    #[error("the host presented no TLS certificate")]
+    NoCertificate,
     #[error("invalid hello: {0}")]
     Invalid(String),
     /// Another live connection holds the host's id.
@@ -27,11 +35,13 @@ pub enum HandshakeRefusal {
     Duplicate(String),
 }
 
-/// Checks a host's hello against the challenge this connection sent.
+/// Checks a host's hello against the challenge this connection sent and
+/// the connection's channel binding (empty on plain TCP).
 pub fn check_hello(
     hello: &Hello,
     master_nonce: &[u8],
     secret: &ClusterSecret,
+    channel: &[u8],
 ) -> Result<(), HandshakeRefusal> {
     if hello.protocol != PROTOCOL_VERSION {
         return Err(HandshakeRefusal::Protocol {
@@ -42,6 +52,7 @@ pub fn check_hello(
         master_nonce,
         &hello.nonce,
         hello.host_id.as_str(),
+        channel,
         &hello.proof,
     ) {
         return Err(HandshakeRefusal::BadProof);
@@ -91,12 +102,29 @@ pub fn check_hello(
     Ok(())
 }
 
+/// With mutual TLS, the host's certificate (already checked against the CA
+/// by the TLS layer) must name the id the host claims: a valid certificate
+/// of one host does not let it pose as another.
+pub fn check_certificate(
+    certificate: Option<&CertificateDer<'_>>,
+    host: &HostId,
+) -> Result<(), HandshakeRefusal> {
+    match certificate {
+        None => Err(HandshakeRefusal::NoCertificate),
+        Some(cert) if certificate_names(cert, host.as_str()) => Ok(()),
+        Some(_) => Err(HandshakeRefusal::CertificateName {
+            host: host.to_string(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use trainyard_proto::auth::nonce;
     use trainyard_proto::messages::AdapterInfo;
-    use trainyard_proto::HostId;
+
+    const CHANNEL: &[u8] = &[9; 32];
 
     fn secret() -> ClusterSecret {
         ClusterSecret::new(b"0123456789abcdef-test".to_vec()).unwrap()
@@ -115,7 +143,7 @@ mod tests {
             }],
             running: vec![],
             capacity: Default::default(),
-            proof: with.host_proof(master_nonce, &host_nonce, "h1"),
+            proof: with.host_proof(master_nonce, &host_nonce, "h1", CHANNEL),
             nonce: host_nonce,
             agent: "test".into(),
             containment: vec![],
@@ -125,7 +153,10 @@ mod tests {
     #[test]
     fn a_host_that_knows_the_secret_is_accepted() {
         let m = nonce();
-        assert_eq!(check_hello(&hello(&m, &secret()), &m, &secret()), Ok(()));
+        assert_eq!(
+            check_hello(&hello(&m, &secret()), &m, &secret(), CHANNEL),
+            Ok(())
+        );
     }
 
     #[test]
@@ -133,12 +164,25 @@ mod tests {
         let m = nonce();
         let other = ClusterSecret::new(b"another secret of the same size".to_vec()).unwrap();
         assert_eq!(
-            check_hello(&hello(&m, &other), &m, &secret()),
+            check_hello(&hello(&m, &other), &m, &secret(), CHANNEL),
             Err(HandshakeRefusal::BadProof)
         );
         // A proof made for another challenge does not pass this one.
         assert_eq!(
-            check_hello(&hello(&m, &secret()), &nonce(), &secret()),
+            check_hello(&hello(&m, &secret()), &nonce(), &secret(), CHANNEL),
+            Err(HandshakeRefusal::BadProof)
+        );
+    }
+
+    #[test]
+    fn a_proof_made_for_another_tls_session_is_refused() {
+        let m = nonce();
+        assert_eq!(
+            check_hello(&hello(&m, &secret()), &m, &secret(), &[8; 32]),
+            Err(HandshakeRefusal::BadProof)
+        );
+        assert_eq!(
+            check_hello(&hello(&m, &secret()), &m, &secret(), &[]),
             Err(HandshakeRefusal::BadProof)
         );
     }
@@ -149,13 +193,13 @@ mod tests {
         let mut h = hello(&m, &secret());
         h.protocol = 99;
         assert!(matches!(
-            check_hello(&h, &m, &secret()),
+            check_hello(&h, &m, &secret(), CHANNEL),
             Err(HandshakeRefusal::Protocol { got: 99 })
         ));
         let mut h = hello(&m, &secret());
         h.slots = 0;
         assert!(matches!(
-            check_hello(&h, &m, &secret()),
+            check_hello(&h, &m, &secret(), CHANNEL),
             Err(HandshakeRefusal::Invalid(_))
         ));
     }

@@ -9,11 +9,16 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use trainyard_proto::auth::ClusterSecret;
+use trainyard_proto::tls::TlsAcceptor;
 use trainyard_proto::Timers;
 
 #[derive(Clone)]
 pub struct ListenerConfig {
     pub secret: ClusterSecret,
+    /// TLS for every connection, or plain TCP.
+    pub tls: Option<TlsAcceptor>,
+    /// Mutual TLS: a host's certificate must name its id.
+    pub host_certificates: bool,
     pub timers: Timers,
     pub max_frame: usize,
     pub max_connections: usize,

@@ -1,5 +1,6 @@
-//! Host connections: the TCP listener, the handshake, and the per-connection
-//! session that carries messages between a host and the scheduler.
+//! Host connections: the TCP listener, TLS (when configured), the
+//! handshake, and the per-connection session that carries messages between
+//! a host and the scheduler.
 //!
 //! Every connection gets fresh state of its own (its codec, its outbox, its
 //! session id); nothing is shared between connections but the scheduler's
@@ -8,6 +9,7 @@
 mod handshake;
 mod listener;
 mod session;
+mod transport;
 
-pub use handshake::{check_hello, HandshakeRefusal};
+pub use handshake::{check_certificate, check_hello, HandshakeRefusal};
 pub use listener::{serve, ListenerConfig};

@@ -5,8 +5,9 @@
 //! sends a frame that does not decode (framing may be lost). Messages go to the scheduler, which decides;
 //! replies come back through this connection's own outbox.
 
-use super::handshake::{check_hello, HandshakeRefusal};
+use super::handshake::{check_certificate, check_hello, HandshakeRefusal};
 use super::listener::ListenerConfig;
+use super::transport::{self, HostStream, Transport};
 use crate::scheduler::{Admission, Command, SchedulerHandle};
 use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -16,9 +17,10 @@ use tokio_util::codec::Framed;
 use trainyard_proto::auth::nonce;
 use trainyard_proto::frame::MessageCodec;
 use trainyard_proto::messages::{Challenge, Hello, HostMessage, MasterMessage, Welcome};
+use trainyard_proto::tls::rustls::pki_types::CertificateDer;
 use trainyard_proto::{HostId, PROTOCOL_VERSION};
 
-type HostFrames = Framed<TcpStream, MessageCodec<HostMessage, MasterMessage>>;
+type HostFrames = Framed<HostStream, MessageCodec<HostMessage, MasterMessage>>;
 
 /// Messages waiting to be written to one host. A host that lets this fill up
 /// is not reading and gets disconnected by the scheduler.
@@ -31,6 +33,28 @@ pub async fn run(
     config: &ListenerConfig,
     scheduler: SchedulerHandle,
 ) {
+    let timeout = config.timers.handshake_timeout;
+    let opened = tokio::time::timeout(timeout, transport::open(stream, config.tls.as_ref())).await;
+    let Transport {
+        stream,
+        channel,
+        certificate,
+    } = match opened {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => {
+            tracing::warn!(%addr, error = %e, "TLS handshake with a host failed; closing");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%addr, timeout_ms = timeout.as_millis() as u64, "TLS handshake with a host timed out; closing");
+            return;
+        }
+    };
+    let peer = Peer {
+        addr,
+        channel: &channel,
+        certificate: certificate.as_ref().filter(|_| config.host_certificates),
+    };
     let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
     let (outbox, mut outgoing) = mpsc::channel(OUTBOX);
     let mut admitted = None;
@@ -41,7 +65,7 @@ pub async fn run(
             config,
             &scheduler,
             session,
-            addr,
+            &peer,
             outbox,
             &mut admitted,
         ),
@@ -124,6 +148,15 @@ pub async fn run(
         .await;
 }
 
+/// Who is at the other end, as the transport knows it.
+struct Peer<'a> {
+    addr: SocketAddr,
+    /// The TLS channel binding; empty on plain TCP.
+    channel: &'a [u8],
+    /// The host's certificate, when the listener requires one.
+    certificate: Option<&'a CertificateDer<'static>>,
+}
+
 /// Challenge, hello, admission by the scheduler, welcome. Once admitted,
 /// the host's id is in `admitted`: from then on the scheduler counts it
 /// connected, so every way out of [`run`] tells it when the connection ends.
@@ -132,7 +165,7 @@ async fn handshake(
     config: &ListenerConfig,
     scheduler: &SchedulerHandle,
     session: u64,
-    addr: SocketAddr,
+    peer: &Peer<'_>,
     outbox: mpsc::Sender<MasterMessage>,
     admitted: &mut Option<HostId>,
 ) -> Result<(), HandshakeRefusal> {
@@ -159,12 +192,18 @@ async fn handshake(
             ))
         }
     };
-    check_hello(&hello, &master_nonce, &config.secret)?;
-    let proof = config
-        .secret
-        .master_proof(&master_nonce, &hello.nonce, hello.host_id.as_str());
+    check_hello(&hello, &master_nonce, &config.secret, peer.channel)?;
+    if config.host_certificates {
+        check_certificate(peer.certificate, &hello.host_id)?;
+    }
+    let proof = config.secret.master_proof(
+        &master_nonce,
+        &hello.nonce,
+        hello.host_id.as_str(),
+        peer.channel,
+    );
     let host = hello.host_id.clone();
-    admit(scheduler, hello, session, addr, outbox, &config.timers).await?;
+    admit(scheduler, hello, session, peer.addr, outbox, &config.timers).await?;
     *admitted = Some(host);
     frames
         .send(MasterMessage::Welcome(Welcome { proof }))
