@@ -66,8 +66,9 @@ pub struct CertsArgs {
     /// Directory for the PEM files; a CA already there (ca.pem, ca-key.pem) is reused
     #[arg(long, default_value = "data/tls")]
     pub out: std::path::PathBuf,
-    /// A name hosts and the CLI reach the master by (DNS name or IP address); repeatable
-    #[arg(long, default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+    /// A name hosts and the CLI reach the master by (DNS name or IP address); repeatable.
+    /// A new master certificate without any gets localhost and 127.0.0.1
+    #[arg(long)]
     pub master_name: Vec<String>,
     /// A host id to make a client certificate for (mutual TLS); repeatable
     #[arg(long)]
@@ -75,6 +76,10 @@ pub struct CertsArgs {
     /// Days the master's and hosts' certificates are valid
     #[arg(long, default_value_t = 365)]
     pub days: i64,
+    /// Replace the certificates of this run that already exist (the master's
+    /// only with --master-name); without it they are kept. The CA is never replaced
+    #[arg(long)]
+    pub reissue: bool,
 }
 
 #[derive(Debug, Args)]

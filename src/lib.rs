@@ -77,13 +77,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => return demo::run(args).await,
         Command::Secret => println!("{}", trainyard_proto::auth::ClusterSecret::generate_hex()),
         Command::Certs(args) => {
-            for path in certs::write(&certs::Request {
+            let report = certs::write(&certs::Request {
                 dir: &args.out,
                 master_names: &args.master_name,
                 hosts: &args.host,
                 days: args.days,
-            })? {
-                println!("{}", path.display());
+                reissue: args.reissue,
+            })?;
+            for (outcome, path) in &report.files {
+                println!("{outcome:<8} {}", path.display());
+            }
+            for note in &report.notes {
+                eprintln!("note: {note}");
             }
         }
         Command::Config(args) => commands::config::run(&settings, &source, args)?,

@@ -85,6 +85,7 @@ fn use_tls(cluster: &mut trainyard::cluster::Cluster) -> anyhow::Result<()> {
         master_names: &["127.0.0.1".to_string()],
         hosts: &[],
         days: 1,
+        reissue: false,
     })?;
     let s = &mut cluster.settings;
     s.tls.enabled = true;
