@@ -9,7 +9,7 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build adapters prerequisites fmt clippy clean
+.PHONY: demo test bench build release install adapters prerequisites fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
@@ -36,16 +36,49 @@ test: adapters
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }
 	@command -v redis-cli >/dev/null || { echo "redis-cli not found: install the Debian package redis-tools (the deployment guide's commands use it)"; exit 1; }
+	@command -v pg_dump >/dev/null || { echo "pg_dump not found: install the Debian package postgresql-client (the deployment guide's commands use it)"; exit 1; }
+	@command -v systemd-sysusers >/dev/null || { echo "systemd-sysusers not found: install the Debian package systemd (the deployment guide's make install uses it)"; exit 1; }
 	@CARGO=$(CARGO) scripts/check_no_test_machinery.sh
 	$(WITH_POSTGRES) -- $(CARGO) test --workspace --no-fail-fast
 	@$(MAKE) --no-print-directory -C adapters test
 
 # Every benchmark at full size, in release mode; the table also goes to
 # target/bench.md. Not a test: figures are reported, never asserted.
-bench: adapters
+bench: release
 	@command -v redis-server >/dev/null || { echo "redis-server not found: install the Debian package redis-server"; exit 1; }
-	$(CARGO) build --release --workspace --bins
 	$(WITH_POSTGRES) --durable -- ./target/release/trainyard-bench all --markdown target/bench.md
+
+# What a deployment installs (docs/deploy.md): the adapters and every binary
+# of the workspace, in release mode.
+release: adapters
+	$(CARGO) build --release --workspace --bins
+
+# Puts trainyard on a machine, or under DESTDIR when it is set (a staging
+# root; tests/deploy_guide.rs installs into a scratch one and checks the
+# tree): the binaries and adapters of `make release` (or those in
+# BIN_DIR), both systemd units, the accounts (systemd-sysusers) and
+# /etc/trainyard (systemd-tmpfiles), as deploy/ describes them. It enables no
+# service: a machine is a master or a host, and the guide enables the one it
+# runs.
+BIN_DIR ?= target/release
+ADAPTERS_DIST := adapters/dist
+INSTALL_ROOT := $(if $(DESTDIR),$(abspath $(DESTDIR)))
+ROOT_FLAG := $(if $(DESTDIR),--root=$(INSTALL_ROOT))
+install:
+	@for f in $(BIN_DIR)/trainyard $(BIN_DIR)/trainyard-supervise \
+	          $(ADAPTERS_DIST)/python-trainer.wasm $(ADAPTERS_DIST)/noop.wasm; do \
+	  [ -f "$$f" ] || { echo "$$f not found: run make release first"; exit 1; }; done
+	@command -v systemd-sysusers >/dev/null && command -v systemd-tmpfiles >/dev/null || { \
+	  echo "systemd-sysusers or systemd-tmpfiles not found: install the Debian package systemd"; exit 1; }
+	install -d $(INSTALL_ROOT)/usr/local/bin $(INSTALL_ROOT)/usr/local/share/trainyard/adapters \
+	  $(INSTALL_ROOT)/etc/systemd/system $(INSTALL_ROOT)/etc/sysusers.d $(INSTALL_ROOT)/etc/tmpfiles.d
+	install -m 0755 $(BIN_DIR)/trainyard $(BIN_DIR)/trainyard-supervise $(INSTALL_ROOT)/usr/local/bin/
+	install -m 0644 $(ADAPTERS_DIST)/python-trainer.wasm $(ADAPTERS_DIST)/noop.wasm $(INSTALL_ROOT)/usr/local/share/trainyard/adapters/
+	install -m 0644 deploy/systemd/trainyard-master.service deploy/systemd/trainyard-host.service $(INSTALL_ROOT)/etc/systemd/system/
+	install -m 0644 deploy/sysusers.d/trainyard.conf $(INSTALL_ROOT)/etc/sysusers.d/
+	install -m 0644 deploy/tmpfiles.d/trainyard.conf $(INSTALL_ROOT)/etc/tmpfiles.d/
+	systemd-sysusers $(ROOT_FLAG) trainyard.conf
+	systemd-tmpfiles $(ROOT_FLAG) --create trainyard.conf
 
 fmt:
 	$(CARGO) fmt --all
