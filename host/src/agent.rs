@@ -71,6 +71,8 @@ struct Slot {
     attempt: AttemptRef,
     control: mpsc::Sender<Control>,
     assignment: Assignment,
+    /// Whether the attempt took its lease: until then it has not started.
+    leased: bool,
 }
 
 pub struct Agent {
@@ -166,6 +168,7 @@ impl Agent {
                 s.as_ref().map(|s| RunningAttempt {
                     attempt: s.attempt,
                     slot: i as u32,
+                    leased: s.leased,
                     assignment: s.assignment.clone(),
                 })
             })
@@ -288,6 +291,7 @@ impl Agent {
             attempt,
             control,
             assignment: assignment.clone(),
+            leased: false,
         });
         let worker = self.host.worker(index as u32);
         let env = self.env.clone();
@@ -315,6 +319,10 @@ impl Agent {
     fn on_attempt(&mut self, event: AttemptEvent) {
         match event {
             AttemptEvent::Accepted { attempt, slot } => {
+                let held = self.slots.get_mut(slot as usize).and_then(Option::as_mut);
+                if let Some(s) = held.filter(|s| s.attempt == attempt) {
+                    s.leased = true;
+                }
                 let assignment = self.ledger.held(attempt).cloned().unwrap_or_default();
                 self.send(HostMessage::Accepted {
                     attempt,

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 use trainyard_master::config::MasterConfig;
-use trainyard_master::model::{NewTask, TaskStatus};
+use trainyard_master::model::{AttemptOutcome, NewTask, TaskStatus};
 use trainyard_master::{start, RunningMaster};
 use trainyard_proto::auth::{nonce, ClusterSecret};
 use trainyard_proto::frame::MessageCodec;
@@ -192,7 +192,16 @@ fn running(attempt: AttemptRef) -> Vec<RunningAttempt> {
     vec![RunningAttempt {
         attempt,
         slot: 0,
+        leased: true,
         assignment: Default::default(),
+    }]
+}
+
+/// An attempt in a slot whose host is still taking its lease.
+fn taking_the_lease(attempt: AttemptRef) -> Vec<RunningAttempt> {
+    vec![RunningAttempt {
+        leased: false,
+        ..running(attempt).remove(0)
     }]
 }
 
@@ -320,6 +329,37 @@ async fn reports_for_tasks_a_host_was_never_given_change_nothing() {
     wait_status(&s, id, TaskStatus::Completed).await;
 }
 
+/// A host lists an attempt whose lease it is still taking (Redis slow, or
+/// just restarted): the attempt has not started, so the master must not
+/// count it as a run nor give it up as a lapsed lease. Without a lease it is
+/// an undelivered dispatch once the acknowledgement time is out.
+#[tokio::test]
+async fn an_attempt_still_taking_its_lease_has_not_started() {
+    let s = master().await;
+    let mut a = FakeHost::connect(&s, "host-a", vec![]).await;
+    let id = submit_noop(&s).await;
+    let first = dispatch_of(&a.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
+    a.heartbeat(taking_the_lease(first)).await;
+    a.expect("heartbeat ack", |m| matches!(m, MasterMessage::HeartbeatAck))
+        .await;
+    let store = trainyard_master::store::Store::connect(&s.db.url)
+        .await
+        .unwrap();
+    let until = Instant::now() + WAIT;
+    let ended = loop {
+        // Keep saying so, as a host does every heartbeat.
+        a.heartbeat(taking_the_lease(first)).await;
+        let detail = store.task(id).await.unwrap().unwrap();
+        if let Some(ended) = detail.attempts.iter().find(|t| t.attempt == 1 && t.outcome.is_some()) {
+            break ended.clone();
+        }
+        assert!(Instant::now() < until, "attempt 1 never ended: {detail:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(ended.outcome, Some(AttemptOutcome::Undelivered), "{ended:?}");
+    assert_eq!(ended.started_at_ms, None, "{ended:?}");
+}
+
 #[tokio::test]
 async fn a_wrong_secret_is_refused_and_gains_nothing() {
     let s = master().await;
@@ -330,9 +370,15 @@ async fn a_wrong_secret_is_refused_and_gains_nothing() {
     assert!(err.contains("authentication failed"), "{err}");
     let hosts = s.master.scheduler.hosts().await.unwrap();
     assert!(hosts.is_empty(), "{hosts:?}");
-    // Tasks submitted now are not dispatched to anyone.
+    // Tasks submitted now are not dispatched to anyone: once the scheduler
+    // has had two more turns (each places what it can), the task still waits.
     let id = submit_noop(&s).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let submitted = s.master.scheduler.overview().await.unwrap().turns;
+    let until = Instant::now() + WAIT;
+    while s.master.scheduler.overview().await.unwrap().turns < submitted + 2 {
+        assert!(Instant::now() < until, "the scheduler stopped taking turns");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(status(&s, id).await.0, TaskStatus::Pending);
 }
 

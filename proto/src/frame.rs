@@ -117,6 +117,7 @@ mod tests {
             running: vec![RunningAttempt {
                 attempt: AttemptRef::new(7, 2),
                 slot: 0,
+                leased: true,
                 assignment: Default::default(),
             }],
         }

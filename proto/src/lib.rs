@@ -38,7 +38,8 @@ pub use timers::Timers;
 /// Version 2 added resources: capacity in the hello, the request in each
 /// dispatch, the assignment with each attempt, and the liveness probe.
 /// Version 3 binds the handshake's proofs to the TLS session (`auth`).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Version 4 says of each running attempt whether its lease is held yet.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -37,6 +37,10 @@ pub struct AdapterInfo {
 pub struct RunningAttempt {
     pub attempt: AttemptRef,
     pub slot: u32,
+    /// Whether it holds the task's lease. Until it does the attempt has not
+    /// started: its host is still taking the lease (Redis may be slow or
+    /// away) and may yet find the attempt fenced off.
+    pub leased: bool,
     /// The devices and share the host gave it, so the master counts them
     /// busy even for an attempt it no longer considers live.
     #[serde(default)]

@@ -59,6 +59,7 @@ fn valid_frame() -> Vec<u8> {
         .map(|i| RunningAttempt {
             attempt: AttemptRef::new(i, 1),
             slot: i as u32,
+            leased: true,
             assignment: Default::default(),
         })
         .collect();

@@ -305,8 +305,9 @@ impl Scheduler {
     }
 
     /// Compares what a host says it runs with what the master gave it: an
-    /// attempt it was given but the master still has as DISPATCHED is
-    /// running (its acceptance was lost); any other it must stop.
+    /// attempt it was given, holding its lease, that the master still has as
+    /// DISPATCHED is running (its acceptance was lost); one still taking its
+    /// lease has not started, and the lease decides; any other it must stop.
     fn reconcile_running(
         &mut self,
         host: &HostId,
@@ -316,7 +317,7 @@ impl Scheduler {
     ) {
         for r in running {
             match self.state.current(r.attempt, host).map(|l| l.status) {
-                Some(TaskStatus::Dispatched) => {
+                Some(TaskStatus::Dispatched) if r.leased => {
                     self.mark_running(r.attempt, r.slot, Some(r.assignment.clone()), cycle)
                 }
                 Some(_) => {}
