@@ -206,13 +206,11 @@ pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 /// run several at once, with the same host ids) never touch each other's
 /// attempts.
 fn cgroup_parent(dir: &Path) -> String {
-    let name: String = dir
+    let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-        .collect();
+        .unwrap_or_default();
+    let name = trainyard_host::containment::cgroup::name_part(&name);
     format!("trainyard/cluster-{name}")
 }
 

@@ -259,17 +259,7 @@ pub async fn start(
 /// never clear each other's attempts.
 fn cgroup_dir_name(config: &HostConfig) -> String {
     let id = config.id.as_str();
-    let prefix: String = config
-        .key_prefix
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let prefix = containment::cgroup::name_part(&config.key_prefix);
     if prefix.is_empty() {
         id.to_string()
     } else {

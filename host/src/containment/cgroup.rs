@@ -12,7 +12,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The controllers an attempt cgroup uses.
@@ -260,14 +260,29 @@ pub fn remove_empty_tree(relative: &str) {
     remove_if_empty(relative);
 }
 
-/// Whether `path` is a directory this process may create cgroups in.
-pub fn writable(path: &Path) -> bool {
-    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+/// `text` made fit to be one cgroup directory's name: every character but
+/// ASCII letters, digits, `-` and `_` becomes `_`.
+pub fn name_part(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_part_holds_only_what_a_cgroup_name_may() {
+        assert_eq!(name_part("team-a/b c.d_e"), "team-a_b_c_d_e");
+        assert_eq!(name_part("host-1"), "host-1");
+    }
 
     #[test]
     fn cpu_quota_is_a_share_of_the_period() {
