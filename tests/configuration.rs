@@ -246,6 +246,29 @@ fn an_invalid_value_names_its_variable_and_a_list_must_be_in_brackets() {
 }
 
 #[test]
+fn an_optional_key_without_a_default_is_read_as_its_type_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = effective(
+        dir.path(),
+        &[
+            ("TRAINYARD_HOST__RESOURCES__CPUS", "0.5"),
+            ("TRAINYARD_HOST__RESOURCES__MEMORY", "8 GiB"),
+            ("TRAINYARD_HOST__CONTAINMENT__LIMITS__CPUS", "1.5"),
+            ("TRAINYARD_HOST__CONTAINMENT__LIMITS__PIDS", "64"),
+            ("TRAINYARD_HOST__ID", "0042"),
+        ],
+        &[],
+    );
+    let value = |key: &str| config[key]["value"].clone();
+    assert_eq!(value("host.resources.cpus"), json!(0.5));
+    assert_eq!(value("host.resources.memory"), json!(8u64 << 30));
+    assert_eq!(value("host.containment.limits.cpus"), json!(1.5));
+    assert_eq!(value("host.containment.limits.pids"), json!(64));
+    // A text key keeps what was written, leading zeros included.
+    assert_eq!(value("host.id"), json!("0042"));
+}
+
+#[test]
 fn trainyard_config_never_prints_a_secret() {
     let dir = tempfile::tempdir().unwrap();
     let env = [

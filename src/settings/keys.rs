@@ -59,12 +59,25 @@ pub(super) fn kind_of(path: &[String]) -> Result<KeyKind, NoSuchKey> {
         return Err(no_such());
     }
     Ok(match node {
+        // An optional key with no default: its type says what it holds.
+        Json::Null if holds_a_number(path) => KeyKind::Scalar,
         Json::Null | Json::String(_) => KeyKind::Text,
         Json::Bool(_) | Json::Number(_) => KeyKind::Scalar,
         Json::Array(_) => KeyKind::List,
         Json::Object(_) if STRING_MAPS.contains(&path.join(".").as_str()) => KeyKind::Map,
         Json::Object(_) => KeyKind::Section,
     })
+}
+
+/// Whether the settings accept a number at `path` (an optional key whose
+/// default is unset, such as `host.resources.cpus`): asked of the settings'
+/// own types, so a new optional key needs no list kept beside them.
+fn holds_a_number(path: &[String]) -> bool {
+    use figment::providers::Serialized;
+    figment::Figment::from(Serialized::defaults(Settings::default()))
+        .merge(Serialized::default(&path.join("."), 1))
+        .extract::<Settings>()
+        .is_ok()
 }
 
 /// Reads `raw` as a value of `kind`; the error says how it should be
@@ -103,6 +116,15 @@ mod tests {
         assert_eq!(kind_of(&path("master.known_adapters")), Ok(KeyKind::List));
         assert_eq!(kind_of(&path("host.adapters")), Ok(KeyKind::List));
         assert_eq!(kind_of(&path("cluster.secret")), Ok(KeyKind::Text));
+        // Optional keys without a default take their kind from their type.
+        assert_eq!(kind_of(&path("host.resources.cpus")), Ok(KeyKind::Scalar));
+        assert_eq!(kind_of(&path("host.resources.memory")), Ok(KeyKind::Scalar));
+        assert_eq!(
+            kind_of(&path("host.containment.limits.cpus")),
+            Ok(KeyKind::Scalar)
+        );
+        assert_eq!(kind_of(&path("host.id")), Ok(KeyKind::Text));
+        assert_eq!(kind_of(&path("tls.ca")), Ok(KeyKind::Text));
         assert_eq!(kind_of(&path("host.trainer_env")), Ok(KeyKind::Map));
         assert_eq!(
             kind_of(&path("host.trainer_env.OMP_NUM_THREADS")),
