@@ -340,8 +340,10 @@ async fn an_attempt_still_taking_its_lease_has_not_started() {
     let id = submit_noop(&s).await;
     let first = dispatch_of(&a.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
     a.heartbeat(taking_the_lease(first)).await;
-    a.expect("heartbeat ack", |m| matches!(m, MasterMessage::HeartbeatAck))
-        .await;
+    a.expect("heartbeat ack", |m| {
+        matches!(m, MasterMessage::HeartbeatAck)
+    })
+    .await;
     let store = trainyard_master::store::Store::connect(&s.db.url)
         .await
         .unwrap();
@@ -350,13 +352,21 @@ async fn an_attempt_still_taking_its_lease_has_not_started() {
         // Keep saying so, as a host does every heartbeat.
         a.heartbeat(taking_the_lease(first)).await;
         let detail = store.task(id).await.unwrap().unwrap();
-        if let Some(ended) = detail.attempts.iter().find(|t| t.attempt == 1 && t.outcome.is_some()) {
+        if let Some(ended) = detail
+            .attempts
+            .iter()
+            .find(|t| t.attempt == 1 && t.outcome.is_some())
+        {
             break ended.clone();
         }
         assert!(Instant::now() < until, "attempt 1 never ended: {detail:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(ended.outcome, Some(AttemptOutcome::Undelivered), "{ended:?}");
+    assert_eq!(
+        ended.outcome,
+        Some(AttemptOutcome::Undelivered),
+        "{ended:?}"
+    );
     assert_eq!(ended.started_at_ms, None, "{ended:?}");
 }
 
