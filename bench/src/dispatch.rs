@@ -16,9 +16,11 @@
 //! task's `finished_at` in the database (the master's clock on the same
 //! machine, taken in the turn that records the report).
 //!
-//! The `tls` benchmark runs the same on SQLite twice, over plain TCP and
+//! The `tls` benchmark runs the same on SQLite three times: over plain TCP,
 //! over TLS (hosts' channel and the API, certificates from `trainyard
-//! certs`), and reports the throughput of each.
+//! certs`), and over mutual TLS (each light host presenting its own
+//! certificate, which the master checks against the CA and the host's id);
+//! it reports the throughput of each and their ratios to plain TCP.
 
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
@@ -43,7 +45,7 @@ pub async fn run(env: &BenchEnv, backends: Backends, spawn: bool) -> anyhow::Res
     let mut rows = vec![];
     let bench = if spawn { "spawn" } else { "dispatch" };
     for backend in backends.list() {
-        match one_backend(env, backend, spawn, Transport::Plain).await {
+        match one_backend(env, backend, spawn, Transport::Plain, false).await {
             Ok((r, _)) => rows.extend(r),
             Err(e) => rows.push(Row::failed(bench, format!("run on {backend}"), &e)),
         }
@@ -56,34 +58,79 @@ pub async fn run(env: &BenchEnv, backends: Backends, spawn: bool) -> anyhow::Res
 enum Transport {
     Plain,
     Tls,
+    /// TLS, and every host presents a certificate naming its id.
+    MutualTls,
 }
 
-/// Dispatch throughput on SQLite over plain TCP, then over TLS.
+impl Transport {
+    /// How the rows of a run over it are labelled, after the backend.
+    fn label(self) -> &'static str {
+        match self {
+            Transport::Plain => "",
+            Transport::Tls => ", TLS",
+            Transport::MutualTls => ", mTLS",
+        }
+    }
+}
+
+/// Dispatch throughput on SQLite over plain TCP, TLS and mutual TLS, each
+/// on a fresh master, Redis and database.
 pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
-    let (_, plain) = one_backend(env, "sqlite", false, Transport::Plain).await?;
-    let (mut rows, tls) = one_backend(env, "sqlite", false, Transport::Tls).await?;
-    rows.retain(|r| {
-        !r.measure.starts_with("submit→complete") && !r.measure.starts_with("throughput")
-    });
+    let mut rows = vec![];
+    let mut rates = vec![];
+    for transport in [Transport::Plain, Transport::Tls, Transport::MutualTls] {
+        let (run, rate) = one_backend(env, "sqlite", false, transport, true).await?;
+        // Setup once; then what each transport changes: throughput and the
+        // CPU it costs per task.
+        rows.extend(run.into_iter().filter(|r| {
+            (rates.is_empty() && r.measure.starts_with("setup"))
+                || r.measure.starts_with("throughput")
+                || r.measure.starts_with("CPU per task")
+        }));
+        rates.push(rate);
+    }
+    for row in &mut rows {
+        row.bench = "tls".into();
+        row.target.clear();
+        row.verdict = super::report::Verdict::Info;
+    }
+    let (plain, tls, mtls) = (rates[0], rates[1], rates[2]);
+    let ratio = |on: f64| {
+        format!(
+            "{:.2} ({:+.0} %)",
+            on / plain.max(1.0),
+            (on / plain.max(1.0) - 1.0) * 100.0
+        )
+    };
     rows.push(Row::info(
         "tls",
-        "dispatch throughput, TLS off → on (sqlite)",
-        format!(
-            "{plain:.0} → {tls:.0} tasks/s ({:+.0} %)",
-            (tls / plain.max(1.0) - 1.0) * 100.0
-        ),
+        "dispatch throughput, TLS off / TLS / mTLS (sqlite)",
+        format!("{plain:.0} / {tls:.0} / {mtls:.0} tasks/s"),
     ));
+    rows.push(Row::info("tls", "ratio TLS / off", ratio(tls)));
+    rows.push(Row::info("tls", "ratio mTLS / off", ratio(mtls)));
     Ok(rows)
 }
 
 /// Turns the stage's cluster to TLS: a development CA and a master
-/// certificate from `trainyard certs`, HTTPS for the API client.
-fn use_tls(cluster: &mut trainyard::cluster::Cluster) -> anyhow::Result<()> {
+/// certificate from `trainyard certs`, HTTPS for the API client; for mutual
+/// TLS, a certificate per light host too, which the master requires.
+/// Returns the directory of the hosts' certificates under mutual TLS.
+fn use_tls(
+    cluster: &mut trainyard::cluster::Cluster,
+    mutual: bool,
+    hosts: usize,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
     let dir = cluster.dir.join("tls");
+    let ids: Vec<String> = if mutual {
+        (0..hosts).map(super::fleet::host_id).collect()
+    } else {
+        vec![]
+    };
     trainyard::certs::write(&trainyard::certs::Request {
         dir: &dir,
         master_names: &["127.0.0.1".to_string()],
-        hosts: &[],
+        hosts: &ids,
         days: 1,
         reissue: false,
     })?;
@@ -92,8 +139,9 @@ fn use_tls(cluster: &mut trainyard::cluster::Cluster) -> anyhow::Result<()> {
     s.tls.ca = Some(dir.join("ca.pem"));
     s.tls.cert = Some(dir.join("master.pem"));
     s.tls.key = Some(dir.join("master-key.pem"));
+    s.tls.require_host_certificates = mutual;
     s.api.url = s.api.url.replace("http://", "https://");
-    Ok(())
+    Ok(mutual.then_some(dir))
 }
 
 /// Submission times of tasks, by id, in ms since the Unix epoch.
@@ -105,18 +153,24 @@ async fn one_backend(
     backend: &str,
     spawn: bool,
     transport: Transport,
+    tls_comparison: bool,
 ) -> anyhow::Result<(Vec<Row>, f64)> {
+    // Names the rows and the run directory.
     let bench = match (spawn, transport) {
         (true, _) => "spawn",
-        (false, Transport::Plain) => "dispatch",
+        (false, Transport::Plain) if !tls_comparison => "dispatch",
+        (false, Transport::Plain) => "tls-off",
         (false, Transport::Tls) => "tls",
+        (false, Transport::MutualTls) => "mtls",
     };
     let tasks: usize = env.size(10_000, 60);
     let (hosts, slots) = env.size((16, 32), (2, 4));
     let mut stage = env.stage(bench, backend).await?;
-    if transport == Transport::Tls {
-        use_tls(&mut stage.cluster)?;
-    }
+    let host_certificates = match transport {
+        Transport::Plain => None,
+        Transport::Tls => use_tls(&mut stage.cluster, false, hosts)?,
+        Transport::MutualTls => use_tls(&mut stage.cluster, true, hosts)?,
+    };
     stage.cluster.write_config()?;
     let mut master = stage.cluster.spawn_master()?;
     let client = stage
@@ -134,6 +188,7 @@ async fn one_backend(
             count: hosts,
             slots,
             adapters: vec![(env.adapter("noop"), programs)],
+            certificates: host_certificates,
         },
     )
     .await?;
@@ -240,6 +295,7 @@ async fn one_backend(
         }
     }
 
+    let label = format!("{backend}{}", transport.label());
     let what = if spawn {
         "`true` per task"
     } else {
@@ -248,20 +304,20 @@ async fn one_backend(
     let slots_total = hosts as u32 * slots;
     let mut rows = vec![Row::info(
         bench,
-        format!("setup ({backend})"),
+        format!("setup ({label})"),
         format!("{tasks} {what}, {hosts} light hosts × {slots} slots = {slots_total} slots"),
     )];
     let throughput = format!("{rate:.0} tasks/s");
     if spawn {
         rows.push(Row::info(
             bench,
-            format!("throughput ({backend})"),
+            format!("throughput ({label})"),
             throughput,
         ));
     } else {
         rows.push(Row::checked(
             bench,
-            format!("throughput ({backend})"),
+            format!("throughput ({label})"),
             throughput,
             ">= 5000 tasks/s",
             rate >= 5000.0,
@@ -269,7 +325,7 @@ async fn one_backend(
     }
     rows.push(Row::info(
         bench,
-        format!("submit→complete at saturation ({backend})"),
+        format!("submit→complete at saturation ({label})"),
         format!(
             "p50 {sat_p50:.0} ms, p99 {sat_p99:.0} ms (submitting took {})",
             human(submitted_in)
@@ -279,13 +335,13 @@ async fn one_backend(
     if spawn {
         rows.push(Row::info(
             bench,
-            format!("submit→complete at half load ({backend})"),
+            format!("submit→complete at half load ({label})"),
             half_fig,
         ));
     } else {
         rows.push(Row::checked(
             bench,
-            format!("submit→complete at half load ({backend})"),
+            format!("submit→complete at half load ({label})"),
             half_fig,
             "p99 < 50 ms",
             half_p99 < 50.0,
@@ -294,7 +350,7 @@ async fn one_backend(
     let per_task = |d: Duration| d.as_secs_f64() * 1e6 / tasks as f64;
     rows.push(Row::info(
         bench,
-        format!("CPU per task at saturation ({backend})"),
+        format!("CPU per task at saturation ({label})"),
         format!(
             "master {:.0} µs{}, light hosts {:.0} µs, Redis {:.0} µs{} (master alone: {:.0} tasks/s per core)",
             per_task(cpu_used.master),
@@ -311,7 +367,7 @@ async fn one_backend(
     ));
     rows.push(Row::info(
         bench,
-        format!("scheduler turns at saturation ({backend})"),
+        format!("scheduler turns at saturation ({label})"),
         format!(
             "{turns_used} turns (one transaction each), {:.0} tasks per turn",
             tasks as f64 / turns_used.max(1) as f64
@@ -320,7 +376,7 @@ async fn one_backend(
     if let Some(rss) = peaks {
         rows.push(Row::info(
             bench,
-            format!("master RSS after the run ({backend})"),
+            format!("master RSS after the run ({label})"),
             super::report::mib(rss),
         ));
     }

@@ -23,6 +23,14 @@ pub struct FleetSpec {
     pub slots: u32,
     /// Adapters each host carries, with their allowed programs.
     pub adapters: Vec<(PathBuf, Vec<String>)>,
+    /// Under mutual TLS, the directory of each host's certificate and key
+    /// (`host-<id>.pem`, `host-<id>-key.pem`, as `trainyard certs` names them).
+    pub certificates: Option<PathBuf>,
+}
+
+/// The id of the light host at `index`.
+pub fn host_id(index: usize) -> String {
+    format!("light-{index}")
 }
 
 /// Running light hosts.
@@ -45,7 +53,7 @@ impl Fleet {
         let mut hosts = Vec::with_capacity(spec.count);
         for i in 0..spec.count {
             let mut config = HostConfig::new(
-                HostId::new(format!("light-{i}"))?,
+                HostId::new(host_id(i))?,
                 settings.host.master.clone(),
                 settings.redis_url.clone(),
                 secret.clone(),
@@ -56,6 +64,13 @@ impl Fleet {
             config.slots = spec.slots;
             config.supervisor = cluster.bins.supervisor.clone();
             config.tls = trainyard::tls::host(settings)?;
+            if let (Some(tls), Some(dir)) = (config.tls.as_mut(), &spec.certificates) {
+                let id = host_id(i);
+                tls.client.identity = Some((
+                    dir.join(format!("host-{id}.pem")),
+                    dir.join(format!("host-{id}-key.pem")),
+                ));
+            }
             config.adapters = spec
                 .adapters
                 .iter()

@@ -54,7 +54,7 @@ pub enum Bench {
     Sweep,
     /// Host RSS idle and per task; master RSS with 1,000 hosts, 100,000 tasks.
     Memory,
-    /// Dispatch throughput over plain TCP and over TLS (SQLite).
+    /// Dispatch throughput over plain TCP, TLS and mutual TLS (SQLite).
     Tls,
     /// What containment adds to one attempt, next to `python3 -c pass`.
     Containment,

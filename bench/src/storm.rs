@@ -32,6 +32,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
             count: hosts,
             slots: 1,
             adapters: vec![(env.adapter("noop"), vec![])],
+            certificates: None,
         },
     )
     .await?;
