@@ -19,12 +19,14 @@
 //! | GET | `/v1/health` | database, Redis and scheduler state; 503 when degraded |
 //! | GET | `/v1/health/live` | liveness: the scheduler loop runs |
 //! | GET | `/v1/health/ready` | readiness: database and Redis reachable, reconciled |
+//! | GET | `/metrics` | Prometheus metrics (text format) |
 
 mod auth;
 mod error;
 mod events;
 pub mod health;
 mod hosts;
+pub mod metrics;
 mod sweeps;
 mod tasks;
 pub mod tls;
@@ -90,10 +92,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(health::health))
         .route("/v1/health/live", get(health::live))
         .route("/v1/health/ready", get(health::ready))
+        .route("/metrics", get(metrics::scrape))
         .merge(mutating)
         .fallback(|| async {
             ApiError::not_found(
-                "no such endpoint; see /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events",
+                "no such endpoint; see /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events, /metrics",
             )
         })
         .with_state(state)

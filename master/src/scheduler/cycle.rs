@@ -5,6 +5,7 @@
 //! does not already hold.
 
 use super::state::SessionId;
+use super::tally::Counted;
 use super::SubmitError;
 use crate::events::TaskEvent;
 use crate::model::{NewTask, ProgressView, StoredCheckpoint};
@@ -74,6 +75,8 @@ pub struct Cycle {
     /// Reports recorded this turn, removed from Redis after the commit.
     pub reports_done: Vec<AttemptRef>,
     pub events: Vec<TaskEvent>,
+    /// What `/metrics` counts once the turn has committed.
+    pub counted: Vec<Counted>,
     pub replies: Vec<Box<dyn FnOnce(bool) + Send>>,
 }
 
@@ -121,6 +124,11 @@ impl Cycle {
     /// attempt must get it even though it is not committed yet.
     pub fn checkpoint_for(&self, task: TaskId) -> Option<&StoredCheckpoint> {
         self.progress.get(&task).and_then(|(_, _, c)| c.as_ref())
+    }
+
+    /// Counts `counted` if the turn commits.
+    pub fn count(&mut self, counted: Counted) {
+        self.counted.push(counted);
     }
 
     pub fn send(&mut self, host: &HostId, session: SessionId, message: MasterMessage) {

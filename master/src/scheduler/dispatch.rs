@@ -7,6 +7,7 @@
 use super::cycle::{Cycle, PlannedDispatch};
 use super::plan::plan;
 use super::state::Live;
+use super::tally::Counted;
 use super::Scheduler;
 use crate::model::TaskStatus;
 use crate::placement::{fit::may_take, Snapshot};
@@ -35,6 +36,9 @@ impl Scheduler {
             let host_id = hosts[p.host].id.clone();
             let task = p.task;
             let attempt = AttemptRef::new(task.id, task.attempt + 1);
+            cycle.count(Counted::QueueWait(
+                now.saturating_duration_since(task.since),
+            ));
             let write = cycle.write(Write::Dispatch {
                 task: task.id,
                 from_attempt: task.attempt,
@@ -63,6 +67,7 @@ impl Scheduler {
                     cancel_requested: false,
                     runs: task.runs,
                     max_attempts: task.max_attempts,
+                    submitted: task.submitted,
                 },
             );
             cycle.events.push(self.event(

@@ -356,6 +356,9 @@ impl Scheduler {
         live.slot = Some(slot);
         live.runs += 1;
         live.dispatch_deadline_ms = None;
+        if let Some(submitted) = live.submitted.take() {
+            cycle.count(super::tally::Counted::SubmitToStart(submitted.elapsed()));
+        }
         let host = live.host.clone();
         cycle.write(Write::Start {
             attempt,

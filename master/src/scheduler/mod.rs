@@ -28,8 +28,9 @@ mod recover;
 mod reports;
 pub mod snapshot;
 pub mod state;
+pub mod tally;
 
-pub use recover::{ReconcileStats, SweepStats};
+pub use recover::{ReconcileStats, RecoveryCosts, SweepStats};
 pub use snapshot::{Snapshot, SnapshotReader};
 
 use crate::events::{EventKind, Events, TaskEvent};
@@ -321,6 +322,8 @@ pub struct Scheduler {
     last_sweep: Option<Instant>,
     /// What the sweeps and the reconciliation cost, for `Overview`.
     costs: recover::RecoveryCosts,
+    /// What `/metrics` shows besides `costs`.
+    tally: tally::Tally,
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
@@ -346,6 +349,8 @@ impl Scheduler {
             published: Instant::now(),
             overview: Overview::default(),
             hosts: vec![],
+            tally: tally::Tally::default(),
+            recovery: recover::RecoveryCosts::default(),
         });
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
@@ -380,6 +385,7 @@ impl Scheduler {
             redis_ok: false,
             last_sweep: None,
             costs: recover::RecoveryCosts::default(),
+            tally: tally::Tally::default(),
             turns: 0,
             resync: false,
             placement: watch::Sender::new(Arc::default()),
@@ -427,6 +433,8 @@ impl Scheduler {
                 _ = std::future::ready(()), if more_work => {}
             }
             self.turns += 1;
+            let turn_started = Instant::now();
+            let handled = commands.len();
             let mut cycle = Cycle::default();
             for command in commands.drain(..) {
                 self.handle(command, &mut cycle);
@@ -439,6 +447,7 @@ impl Scheduler {
             self.plan_dispatches(&mut cycle);
             let inserted = !cycle.inserts.is_empty();
             self.commit(cycle).await;
+            self.tally.turn(turn_started.elapsed(), handled);
             self.publish();
             // New tasks enter the queue at commit; dispatch them next turn
             // without waiting for another command.
@@ -489,6 +498,8 @@ impl Scheduler {
             published: Instant::now(),
             overview: self.overview(),
             hosts: self.host_snapshots(),
+            tally: self.tally.clone(),
+            recovery: self.costs.clone(),
         });
     }
 
@@ -561,7 +572,11 @@ impl Scheduler {
     }
 
     fn cancel(&mut self, task: TaskId, reply: oneshot::Sender<CancelOutcome>, cycle: &mut Cycle) {
-        if self.state.queue.remove(task).is_some() {
+        if let Some(queued) = self.state.queue.remove(task) {
+            cycle.count(tally::Counted::Ended {
+                adapter: queued.route.adapter,
+                status: TaskStatus::Cancelled,
+            });
             cycle.write(Write::CancelPending { task });
             cycle
                 .events
@@ -634,6 +649,9 @@ impl Scheduler {
             self.deliver(&host, session, message);
         }
         if committed {
+            for counted in cycle.counted.drain(..) {
+                self.tally.record(counted);
+            }
             if !cycle.reports_done.is_empty() {
                 self.forget_reports(&cycle.reports_done, &[]).await;
             }
@@ -695,6 +713,9 @@ impl Scheduler {
             let mine: Vec<TaskId> = ids.by_ref().take(submit.count).collect();
             for id in &mine {
                 if let Some(task) = inserted.next() {
+                    cycle.counted.push(tally::Counted::Submitted {
+                        adapter: task.adapter.clone(),
+                    });
                     self.state.queue.push(queue::Queued {
                         id: *id,
                         route: placement::Route::new(task.adapter.clone(), task.kind.clone()),
@@ -704,6 +725,7 @@ impl Scheduler {
                         runs: 0,
                         max_attempts: task.max_attempts,
                         since: Instant::now(),
+                        submitted: Some(Instant::now()),
                     });
                     cycle
                         .events

@@ -101,6 +101,7 @@ mod tests {
             runs: 0,
             max_attempts: 3,
             since,
+            submitted: None,
         }
     }
 

@@ -23,6 +23,9 @@ pub struct Queued {
     pub max_attempts: u32,
     /// When it entered the queue (this time), for the fairness rule.
     pub since: Instant,
+    /// When it was submitted, while no attempt of it has started (and it
+    /// was submitted since the master started): its submit-to-start time.
+    pub submitted: Option<Instant>,
 }
 
 /// Tasks that any host able to run one can run all.
@@ -117,6 +120,7 @@ mod tests {
             runs: 0,
             max_attempts: 3,
             since: Instant::now(),
+            submitted: None,
         }
     }
 

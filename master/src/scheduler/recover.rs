@@ -9,6 +9,7 @@
 //! `/v1/health`, so an operator sees a sweep slowing down as tasks grow.
 
 use super::cycle::Cycle;
+use super::tally::{Histogram, WORK_SECONDS};
 use super::{Epoch, Scheduler};
 use crate::recovery::{self, SweepDecision};
 use crate::sweep;
@@ -61,9 +62,10 @@ pub struct ReconcileStats {
     pub round_trips: u32,
 }
 
-/// The recovery costs seen since start, for the health endpoint.
-#[derive(Debug, Clone, Default)]
-pub(super) struct RecoveryCosts {
+/// The recovery costs seen since start, for the health endpoint and
+/// `/metrics`.
+#[derive(Debug, Clone)]
+pub struct RecoveryCosts {
     /// Sweeps that read Redis; a poller tells a new `last` by this.
     pub sweeps: u64,
     pub last: Option<SweepStats>,
@@ -71,12 +73,31 @@ pub(super) struct RecoveryCosts {
     /// behind it, however fast the typical one is.
     pub slowest: Option<SweepStats>,
     pub reconcile: Option<ReconcileStats>,
+    /// Every sweep's duration, in seconds.
+    pub durations: Histogram,
+    /// Redis requests of every sweep, added up.
+    pub round_trips: u64,
+}
+
+impl Default for RecoveryCosts {
+    fn default() -> Self {
+        Self {
+            sweeps: 0,
+            last: None,
+            slowest: None,
+            reconcile: None,
+            durations: Histogram::new(WORK_SECONDS),
+            round_trips: 0,
+        }
+    }
 }
 
 impl RecoveryCosts {
     fn record(&mut self, sweep: SweepStats) {
         self.sweeps += 1;
         self.last = Some(sweep);
+        self.durations.observe(sweep.duration_us as f64 / 1e6);
+        self.round_trips += u64::from(sweep.round_trips);
         if self
             .slowest
             .is_none_or(|s| sweep.duration_us > s.duration_us)

@@ -6,6 +6,7 @@
 use super::cycle::Cycle;
 use super::queue::Queued;
 use super::state::SessionId;
+use super::tally::Counted;
 use super::Scheduler;
 use crate::events::TaskEvent;
 use crate::model::{AttemptOutcome, Metrics, TaskStatus};
@@ -51,6 +52,7 @@ impl Scheduler {
                 cycle,
             );
         } else {
+            cycle.count(Counted::StaleReport);
             tracing::debug!(%attempt, host = %report.host, "report of an attempt that is no longer current; acknowledged and ignored");
         }
         // The report stays in Redis until the turn commits; then it goes, and
@@ -98,6 +100,13 @@ impl Scheduler {
             _ => error.clone(),
         };
         cycle.events.push(event);
+        cycle.count(Counted::Ended {
+            adapter: live.route.adapter.clone(),
+            status,
+        });
+        if outcome == AttemptOutcome::LeaseLost {
+            cycle.count(Counted::LeaseLost);
+        }
         cycle.write(Write::Finish {
             attempt,
             outcome,
@@ -115,6 +124,7 @@ impl Scheduler {
                 runs: live.runs,
                 max_attempts: live.max_attempts,
                 since: std::time::Instant::now(),
+                submitted: live.submitted,
             });
         }
     }

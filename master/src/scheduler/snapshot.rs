@@ -3,10 +3,15 @@
 //! `/v1/hosts`. Readers take the latest copy without waiting on the
 //! scheduler, so they answer while a turn waits on a slow Redis or database.
 //!
+//! The same snapshot carries the counts `/metrics` shows ([`Tally`],
+//! [`RecoveryCosts`]), so a scrape never waits on a turn either.
+//!
 //! Ages (`last_seen_ms_ago`, `last_sweep_ms_ago`…) are stored as of the
 //! publication and brought up to the moment of reading, so a snapshot read
 //! while the scheduler is stuck in a long turn still tells the truth.
 
+use super::recover::RecoveryCosts;
+use super::tally::Tally;
 use super::{HostSnapshot, Overview};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +24,10 @@ pub struct Snapshot {
     pub published: Instant,
     pub overview: Overview,
     pub hosts: Vec<HostSnapshot>,
+    /// What the scheduler counted since start, for `/metrics`.
+    pub tally: Tally,
+    /// What its recovery sweeps cost since start, for `/metrics`.
+    pub recovery: RecoveryCosts,
 }
 
 impl Snapshot {

@@ -41,6 +41,9 @@ pub struct Live {
     pub cancel_requested: bool,
     pub runs: u32,
     pub max_attempts: u32,
+    /// When the task was submitted, until its first attempt starts
+    /// ([`super::queue::Queued::submitted`]).
+    pub submitted: Option<Instant>,
 }
 
 impl Live {
@@ -172,6 +175,7 @@ impl State {
                 runs: t.runs,
                 max_attempts: t.max_attempts,
                 since: now,
+                submitted: None,
             });
         }
         for host in self.hosts.values_mut() {
@@ -195,6 +199,7 @@ impl State {
                 cancel_requested: t.cancel_requested,
                 runs: t.runs,
                 max_attempts: t.max_attempts,
+                submitted: None,
             };
             self.assign(t.id, live);
         }
@@ -315,6 +320,7 @@ mod tests {
             cancel_requested: false,
             runs: 1,
             max_attempts: 3,
+            submitted: None,
         };
         state.assign(7, live);
         assert_eq!(
