@@ -129,6 +129,8 @@ pub struct HostSection {
     pub adapter_instances: u32,
     pub adapter_log_records: u32,
     pub adapter_log_bytes: usize,
+    /// Where the host serves `/metrics`; off when unset.
+    pub metrics_listen: Option<SocketAddr>,
     pub resources: trainyard_host::config::ResourceSettings,
     /// How trainers are contained (`[host.containment]`).
     pub containment: trainyard_host::containment::ContainmentSettings,
@@ -260,6 +262,7 @@ impl Default for HostSection {
             adapter_call_timeout: Duration::from_secs(5),
             adapter_instances: 64,
             adapter_log_records: 1000,
+            metrics_listen: None,
             adapter_log_bytes: 1 << 20,
             resources: Default::default(),
             containment: Default::default(),

@@ -369,7 +369,11 @@ impl Agent {
     }
 
     fn resend_reports(&mut self) {
+        if self.outbox.is_none() {
+            return;
+        }
         for report in self.unacked.values().cloned().collect::<Vec<_>>() {
+            self.env.metrics.report_resent();
             self.send(HostMessage::Report(report));
         }
     }

@@ -18,7 +18,7 @@ use crate::agent::AttemptEvent;
 use crate::lease::{Acquired, LeaseLayer};
 use crate::plan::{self, Allowlist};
 use crate::process::wire::LimitBreach;
-use crate::process::{ExitKind, LaunchSpec, Trainer};
+use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
 use crate::renewer::{LeaseBook, LeaseState};
 use crate::runtime::{
     AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, LoadedAdapter,
@@ -55,6 +55,7 @@ pub struct AttemptEnv {
     pub base_env: Arc<Vec<(String, String)>>,
     /// The containment layers this host enforces.
     pub enforcement: Arc<crate::containment::Enforcement>,
+    pub metrics: crate::metrics::HostMetrics,
 }
 
 /// An adapter with the programs it may launch.
@@ -126,12 +127,14 @@ pub async fn run(
         }
     };
     let mut lease = env.book.hold(attempt, worker.clone(), deadline);
+    let running = env.metrics.running();
     let _ = events.send(AttemptEvent::Accepted { attempt, slot }).await;
     tracing::info!(%attempt, %worker, adapter = %dispatch.adapter, "attempt started");
 
     let mut run = Run {
         env: &env,
         attempt,
+        adapter: &dispatch.adapter,
         assignment: &assignment,
         events: &events,
         progress: Throttle::new(env.config.progress_interval),
@@ -164,6 +167,7 @@ pub async fn run(
         }
     }
     tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
+    drop(running);
     let _ = events.send(AttemptEvent::Finished { slot, report }).await;
 }
 
@@ -211,6 +215,29 @@ fn failed(message: impl Into<String>, retryable: bool) -> Outcome {
     }
 }
 
+/// Why a trainer ended, as the host's `trainer_exits` metric names it.
+fn exit_reason(ended: Option<&Ended>, exit: &TrainerExit) -> &'static str {
+    match ended {
+        Some(Ended::Cancelled) => return "cancelled",
+        Some(Ended::Stopped(_)) => return "stopped",
+        Some(Ended::LeaseLost(_)) => return "lease_lost",
+        Some(Ended::TimedOut(_)) => return "timed_out",
+        Some(Ended::Shutdown) => return "shutdown",
+        Some(Ended::AdapterFault(_)) => return "adapter_fault",
+        None => {}
+    }
+    if exit.breach.is_some() {
+        return "limit_exceeded";
+    }
+    match exit.status {
+        ExitKind::Exited(0) => "exited_zero",
+        ExitKind::Exited(_) => "exited_nonzero",
+        ExitKind::Signaled(_) => "signaled",
+        ExitKind::LeaseExpired => "lease_expired",
+        ExitKind::SupervisorLost(_) => "supervisor_lost",
+    }
+}
+
 /// Why the host itself ended a trainer.
 enum Ended {
     Cancelled,
@@ -224,6 +251,8 @@ enum Ended {
 struct Run<'a> {
     env: &'a AttemptEnv,
     attempt: AttemptRef,
+    /// The adapter's name, for the metrics of its calls.
+    adapter: &'a str,
     /// Its devices and share, handed to the trainer.
     assignment: &'a Assignment,
     events: &'a mpsc::Sender<AttemptEvent>,
@@ -296,7 +325,12 @@ impl Run<'_> {
             params: dispatch.params.clone(),
             checkpoint,
         };
-        let plan = match instance.prepare(&input).await {
+        let plan = match self
+            .env
+            .metrics
+            .time_call(self.adapter, "prepare", instance.prepare(&input))
+            .await
+        {
             Err(fault) => return failed(fault.to_string(), false),
             Ok(Err(failure)) => return failed(failure.message, failure.retryable),
             Ok(Ok(plan)) => plan,
@@ -441,6 +475,9 @@ impl Run<'_> {
             }
         }
         self.flush_progress().await;
+        self.env
+            .metrics
+            .trainer_exited(exit_reason(ended.as_ref(), &exit));
         if exit.truncated_lines > 0 {
             tracing::warn!(attempt = %self.attempt, lines = exit.truncated_lines, "trainer output lines were cut at the line limit");
         }
@@ -495,7 +532,13 @@ impl Run<'_> {
         workspace: &Workspace,
         exit: &ExitReport,
     ) -> Outcome {
-        match instance.finish(exit).await {
+        let finished = instance.finish(exit);
+        match self
+            .env
+            .metrics
+            .time_call(self.adapter, "finish", finished)
+            .await
+        {
             Err(fault) => failed(fault.to_string(), false),
             Ok(Err(failure)) => failed(failure.message, failure.retryable),
             Ok(Ok(success)) => Outcome::Completed {
@@ -529,7 +572,13 @@ impl Run<'_> {
         line: &str,
         workspace: &Workspace,
     ) -> Option<String> {
-        match instance.on_output(line).await {
+        let answer = instance.on_output(line);
+        match self
+            .env
+            .metrics
+            .time_call(self.adapter, "on-output", answer)
+            .await
+        {
             Ok(Some(event)) => {
                 self.on_progress(event, workspace).await;
                 None

@@ -70,6 +70,8 @@ pub struct HostConfig {
     pub max_frame_bytes: usize,
     /// TLS to the master, or plain TCP when unset.
     pub tls: Option<HostTls>,
+    /// Where to serve `/metrics`; off when unset.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// How the host reaches the master over TLS.
@@ -121,6 +123,7 @@ impl HostConfig {
             keep_workspaces: false,
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
             tls: None,
+            metrics_listen: None,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
 //!   user, limits).
 //! - [`workspace`]: the per-attempt workspace directory.
+//! - [`metrics`]: the host's `/metrics`, on `host.metrics_listen`.
 
 pub mod agent;
 pub mod attempt;
@@ -24,6 +25,7 @@ pub mod config;
 pub mod connection;
 pub mod containment;
 pub mod lease;
+pub mod metrics;
 pub mod plan;
 pub mod process;
 pub mod renewer;
@@ -70,6 +72,11 @@ pub enum HostError {
     Resources(String),
     #[error(transparent)]
     Containment(#[from] containment::ContainmentError),
+    #[error("cannot serve metrics on {addr} (host.metrics_listen): {source}")]
+    MetricsListen {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Loads every configured adapter, applying the operator's policy for the
@@ -188,6 +195,15 @@ pub async fn start(
         &config.work_dir,
     )?;
     let adapters = load_adapters(&runtime, &config).await?;
+    let metrics = metrics::HostMetrics::default();
+    let metrics_listener = match config.metrics_listen {
+        None => None,
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| HostError::MetricsListen { addr, source })?,
+        ),
+    };
     let redis = Arc::new(
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, config.timers.redis_timeout)
             .map_err(HostError::RedisUrl)?,
@@ -203,6 +219,7 @@ pub async fn start(
         base_env: Arc::new(base_env(&config)),
         config: config.clone(),
         enforcement: Arc::new(enforcement.clone()),
+        metrics: metrics.clone(),
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
@@ -230,7 +247,7 @@ pub async fn start(
         "host starting"
     );
     let t = &config.timers;
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(agent.run(t.heartbeat_interval, t.report_resend_interval)),
         tokio::spawn(renewer::run(
             lease,
@@ -247,6 +264,12 @@ pub async fn start(
             observer,
         )),
     ];
+    if let Some(listener) = metrics_listener {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "serving metrics");
+        }
+        tasks.push(tokio::spawn(metrics::serve(listener, metrics)));
+    }
     Ok(RunningHost {
         agent: handle,
         tasks,
