@@ -15,6 +15,7 @@
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
 //! - [`api`]: the HTTP API and the live event stream.
 //! - [`events`]: fan-out of task events.
+//! - [`history`]: the stored progress history, and its bound.
 //! - [`config`]: the master's settings.
 //! - [`failpoints`]: fault injection, in builds for the tests only.
 
@@ -22,6 +23,7 @@ pub mod api;
 pub mod config;
 pub mod events;
 pub mod failpoints;
+pub mod history;
 pub mod model;
 pub mod placement;
 pub mod reconcile;
@@ -110,6 +112,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     );
     let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
     let events = events::Events::new(16 * 1024);
+    let recorder = history::Recorder::new(store.clone(), &events);
     let (scheduler, handle) = scheduler::Scheduler::start(
         store.clone(),
         redis,
@@ -169,6 +172,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         }
     });
     tasks.spawn(scheduler.run(until_stopped()));
+    tasks.spawn(recorder.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,
         sessions::ListenerConfig {

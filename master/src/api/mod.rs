@@ -9,6 +9,7 @@
 //! | POST | `/v1/tasks/batch` | submit up to 10,000 tasks (token) |
 //! | GET | `/v1/tasks?status=&adapter=&limit=&before=` | list, newest first |
 //! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
+//! | GET | `/v1/tasks/{id}/progress?after=&limit=` | its stored progress history, oldest first |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
 //! | POST | `/v1/sweeps` | create a sweep from its spec, with its trials (token) |
 //! | GET | `/v1/sweeps?limit=&before=` | list sweeps, newest first |
@@ -27,6 +28,7 @@ mod events;
 pub mod health;
 mod hosts;
 pub mod metrics;
+mod progress;
 mod sweeps;
 mod tasks;
 pub mod tls;
@@ -85,6 +87,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::show))
+        .route("/v1/tasks/{id}/progress", get(progress::history))
         .route("/v1/sweeps", get(sweeps::list))
         .route("/v1/sweeps/{id}", get(sweeps::show))
         .route("/v1/hosts", get(hosts::list))

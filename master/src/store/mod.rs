@@ -23,6 +23,7 @@ mod batch;
 mod connect;
 mod json;
 mod lock;
+mod points;
 mod read;
 mod rows;
 mod statements;
@@ -36,6 +37,7 @@ pub use batch::{Batch, BatchResult, Next, Write};
 /// A database or Redis URL with its password replaced by `***`.
 pub use connect::redact as redact_url;
 pub use lock::{LockError, MasterLock};
+pub use points::{NewPoint, ProgressPoint, MAX_READ as MAX_POINTS_READ};
 pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
 pub use sweeps::{StoredSweep, SweepInsert};
 

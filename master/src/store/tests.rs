@@ -60,6 +60,7 @@ on_both_backends!(
     unreadable_rows_are_errors_naming_task_and_column,
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
+    progress_points_page_in_order_and_thinning_keeps_the_extremes,
 );
 
 #[tokio::test]
@@ -1071,4 +1072,50 @@ async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store
     let shown = detail(&store, id).await;
     assert_eq!(shown.task.resources, request);
     assert_eq!(shown.attempts[0].assignment, Some(given));
+}
+
+async fn progress_points_page_in_order_and_thinning_keeps_the_extremes(store: Store) {
+    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
+    let (task, other) = (ids[0], ids[1]);
+    let point = |task, episode: u64, ret: f64| crate::store::NewPoint {
+        task,
+        attempt: 1,
+        episode: Some(episode),
+        episode_return: Some(ret),
+        metrics: [("loss".to_string(), ret / 2.0)].into(),
+        at_ms: NOW + episode as i64,
+    };
+    // Returns 0, 9, 1, 8 | 2, 7, 3, 6 | 4: each window of four keeps 0 and 9, 2 and 7.
+    let returns = [0.0, 9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0];
+    let points: Vec<_> = returns
+        .iter()
+        .enumerate()
+        .map(|(i, r)| point(task, i as u64 + 1, *r))
+        .collect();
+    store.insert_points(&points).await.unwrap();
+    store.insert_points(&[point(other, 1, 5.0)]).await.unwrap();
+
+    let all = store.points(task, 0, 100).await.unwrap();
+    assert_eq!(all.len(), 9);
+    assert_eq!(all[1].episode_return, Some(9.0));
+    assert_eq!(all[1].metrics.get("loss"), Some(&4.5));
+    let page = store.points(task, 0, 2).await.unwrap();
+    let next = store.points(task, page[1].id, 2).await.unwrap();
+    assert_eq!(next[0].id, all[2].id, "after= continues where a page ended");
+
+    assert_eq!(store.point_count(task).await.unwrap(), 9);
+    assert_eq!(store.thin_points(task).await.unwrap(), 5);
+    let kept: Vec<Option<f64>> = store
+        .points(task, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|p| p.episode_return)
+        .collect();
+    assert_eq!(kept, [0.0, 9.0, 2.0, 7.0, 4.0].map(Some));
+    assert_eq!(
+        store.point_count(other).await.unwrap(),
+        1,
+        "other tasks keep theirs"
+    );
 }
