@@ -66,10 +66,15 @@ async fn a_tasks_progress_history_is_stored_pages_and_survives_a_master_restart(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let seen = episodes(&all);
-    assert!(seen.len() >= 2, "{seen:?}");
-    assert!(
-        seen.windows(2).all(|w| w[0] < w[1]),
-        "oldest first: {seen:?}"
+    // The trainer reports every episode; the host batches them (its
+    // progress_interval holds updates back) rather than dropping any. (An
+    // episode announcing a checkpoint is reported twice.)
+    let mut distinct = seen.clone();
+    distinct.dedup();
+    assert_eq!(
+        distinct,
+        (1..=100).collect::<Vec<u64>>(),
+        "oldest first, none missing"
     );
     assert!(all["points"][0]["episode_return"].is_number(), "{all}");
 

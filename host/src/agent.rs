@@ -339,7 +339,13 @@ impl Agent {
                 self.send(HostMessage::Rejected { attempt, reason });
             }
             AttemptEvent::Progress(update) => {
-                self.last_progress.insert(update.attempt, update.clone());
+                // Sent again on reconnect for the newest state only: the
+                // earlier events of its batch are not repeated.
+                let latest = ProgressUpdate {
+                    earlier: vec![],
+                    ..update.clone()
+                };
+                self.last_progress.insert(update.attempt, latest);
                 self.send(HostMessage::Progress(update));
             }
             AttemptEvent::Finished { slot, report } => {

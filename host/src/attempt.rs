@@ -28,7 +28,9 @@ use crate::workspace::Workspace;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use trainyard_proto::messages::{AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate};
+use trainyard_proto::messages::{
+    AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate, MAX_PROGRESS_BATCH,
+};
 use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, WorkerId};
@@ -595,6 +597,7 @@ impl Run<'_> {
             attempt: self.attempt,
             progress: event.progress,
             checkpoint,
+            earlier: vec![],
         });
         if urgent || self.progress.due() {
             self.flush_progress().await;
@@ -616,7 +619,8 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 }
 
 /// Holds back progress updates so an attempt sends at most one per
-/// interval, keeping the newest, and never dropping a checkpoint.
+/// interval (or one per [`MAX_PROGRESS_BATCH`] events), carrying every event
+/// since the previous one and the newest checkpoint.
 struct Throttle {
     interval: Duration,
     last_sent: Option<tokio::time::Instant>,
@@ -632,20 +636,27 @@ impl Throttle {
         }
     }
 
-    fn offer(&mut self, update: ProgressUpdate) {
-        let checkpoint = match (&mut self.pending, update.checkpoint.is_none()) {
-            (Some(old), true) => old.checkpoint.take(),
-            _ => None,
-        };
-        let mut update = update;
-        if update.checkpoint.is_none() {
-            update.checkpoint = checkpoint;
+    fn offer(&mut self, mut update: ProgressUpdate) {
+        if let Some(old) = self.pending.take() {
+            let mut earlier = old.earlier;
+            earlier.push(old.progress);
+            earlier.append(&mut update.earlier);
+            update.earlier = earlier;
+            if update.checkpoint.is_none() {
+                update.checkpoint = old.checkpoint;
+            }
         }
         self.pending = Some(update);
     }
 
+    /// Whether the held update should go now: its interval has passed, or
+    /// it holds as many events as one update may carry.
     fn due(&self) -> bool {
-        self.last_sent.is_none_or(|t| t.elapsed() >= self.interval)
+        let full = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.earlier.len() + 1 >= MAX_PROGRESS_BATCH);
+        full || self.last_sent.is_none_or(|t| t.elapsed() >= self.interval)
     }
 
     fn flush_at(&self) -> Option<tokio::time::Instant> {
@@ -676,11 +687,12 @@ mod tests {
                 ..Progress::default()
             },
             checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
+            earlier: vec![],
         }
     }
 
     #[test]
-    fn the_throttle_keeps_the_newest_progress_and_every_checkpoint() {
+    fn the_throttle_batches_every_progress_event_and_keeps_the_checkpoint() {
         let mut t = Throttle::new(Duration::from_secs(60));
         assert!(t.due());
         t.offer(update(1, false));
@@ -688,9 +700,26 @@ mod tests {
         assert!(!t.due());
         t.offer(update(2, true));
         t.offer(update(3, false));
+        t.offer(update(4, false));
         let held = t.take().unwrap();
-        assert_eq!(held.progress.episode, Some(3));
+        assert_eq!(held.progress.episode, Some(4));
+        let earlier: Vec<_> = held.earlier.iter().map(|p| p.episode).collect();
+        assert_eq!(earlier, [Some(2), Some(3)], "none dropped, oldest first");
         assert_eq!(held.checkpoint, Some(Checkpoint::External("ckpt-2".into())));
         assert!(t.take().is_none());
+    }
+
+    #[test]
+    fn a_full_batch_is_due_before_its_interval() {
+        let mut t = Throttle::new(Duration::from_secs(60));
+        t.offer(update(0, false));
+        t.take();
+        for episode in 1..MAX_PROGRESS_BATCH as u64 {
+            t.offer(update(episode, false));
+            assert!(!t.due(), "{episode}");
+        }
+        t.offer(update(MAX_PROGRESS_BATCH as u64, false));
+        assert!(t.due());
+        assert_eq!(t.take().unwrap().earlier.len(), MAX_PROGRESS_BATCH - 1);
     }
 }

@@ -62,8 +62,9 @@ pub struct HostConfig {
     pub max_line_bytes: usize,
     /// How much of the end of a trainer's stderr is kept.
     pub stderr_tail_bytes: usize,
-    /// Progress is forwarded to the master at most this often per attempt
-    /// (checkpoints at once).
+    /// Progress is forwarded to the master at most this often per attempt,
+    /// batching every event since the previous update (a checkpoint or a
+    /// full batch at once).
     pub progress_interval: Duration,
     /// Keep workspaces after the attempt (for debugging) instead of deleting them.
     pub keep_workspaces: bool,

@@ -39,7 +39,9 @@ pub use timers::Timers;
 /// dispatch, the assignment with each attempt, and the liveness probe.
 /// Version 3 binds the handshake's proofs to the TLS session (`auth`).
 /// Version 4 says of each running attempt whether its lease is held yet.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// Version 5 batches progress: an update carries the events before its
+/// newest (`ProgressUpdate::earlier`) instead of the host dropping them.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

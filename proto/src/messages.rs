@@ -131,13 +131,22 @@ pub struct Progress {
     pub message: Option<String>,
 }
 
-/// The latest progress of an attempt, with the latest checkpoint if one was
-/// announced since the previous update.
+/// Most progress events one update carries (`earlier` and `progress`); a
+/// host with more sends an update at once.
+pub const MAX_PROGRESS_BATCH: usize = 256;
+
+/// The progress of an attempt since the previous update: the newest event,
+/// the ones before it, and the latest checkpoint if one was announced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProgressUpdate {
     pub attempt: AttemptRef,
+    /// The newest event.
     pub progress: Progress,
     pub checkpoint: Option<Checkpoint>,
+    /// The events since the previous update before `progress`, oldest
+    /// first, so a curve misses none (at most [`MAX_PROGRESS_BATCH`] - 1).
+    #[serde(default)]
+    pub earlier: Vec<Progress>,
 }
 
 /// How an attempt ended.

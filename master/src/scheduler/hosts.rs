@@ -29,7 +29,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use trainyard_proto::messages::{Hello, HostMessage, MasterMessage, RunningAttempt};
+use trainyard_proto::messages::{
+    Hello, HostMessage, MasterMessage, RunningAttempt, MAX_PROGRESS_BATCH,
+};
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, HostId};
 
@@ -279,16 +281,23 @@ impl Scheduler {
                     return;
                 };
                 let (status, attempt) = (live.status, live.attempt);
-                let view = ProgressView::from_progress(attempt, &update.progress, now_ms());
+                let now = now_ms();
+                let view = ProgressView::from_progress(attempt, &update.progress, now);
                 let checkpoint = update.checkpoint.map(|checkpoint| StoredCheckpoint {
                     attempt,
                     checkpoint,
                 });
-                cycle.events.push(TaskEvent {
-                    kind: EventKind::Progress,
-                    progress: Some(view.clone()),
-                    ..self.event(update.attempt.task, status, attempt, Some(host))
-                });
+                // Every event of the batch goes out (the progress history
+                // stores them all); the task row keeps the newest.
+                let skip = update.earlier.len().saturating_sub(MAX_PROGRESS_BATCH - 1);
+                let earlier = update.earlier.iter().skip(skip);
+                for p in earlier.chain(std::iter::once(&update.progress)) {
+                    cycle.events.push(TaskEvent {
+                        kind: EventKind::Progress,
+                        progress: Some(ProgressView::from_progress(attempt, p, now)),
+                        ..self.event(update.attempt.task, status, attempt, Some(host))
+                    });
+                }
                 cycle.progress(update.attempt, view, checkpoint);
             }
             HostMessage::Report(report) => {
