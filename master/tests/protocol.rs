@@ -226,7 +226,16 @@ fn report(host: &str, attempt: AttemptRef) -> HostMessage {
 
 #[tokio::test]
 async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_stop() {
-    let s = master().await;
+    // The fake hosts are silent between steps and accept late: on a loaded
+    // machine the short idle and acceptance timeouts would cut them off.
+    let s = master_with(
+        |c| {
+            c.timers.idle_timeout = Duration::from_secs(30);
+            c.timers.dispatch_ack_timeout = Duration::from_secs(15);
+        },
+        RedisServer::start(),
+    )
+    .await;
     let mut a = FakeHost::connect(&s, "host-a", vec![]).await;
     let id = submit_noop(&s).await;
     let d = a.expect("dispatch", |m| dispatch_of(m).is_some()).await;
@@ -239,8 +248,19 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
         assignment: Default::default(),
     })
     .await;
-    wait_status(&s, id, TaskStatus::Running).await;
     wait_status(&s, id, TaskStatus::Pending).await;
+    // RUNNING lasts one sweep; the attempt's record shows it was.
+    let store = trainyard_master::store::Store::connect(&s.db.url)
+        .await
+        .unwrap();
+    let detail = store.task(id).await.unwrap().unwrap();
+    let given_up = &detail.attempts[0];
+    assert!(given_up.started_at_ms.is_some(), "{given_up:?}");
+    assert_eq!(
+        given_up.outcome,
+        Some(AttemptOutcome::LeaseLost),
+        "{given_up:?}"
+    );
     let mut b = FakeHost::connect(&s, "host-b", vec![]).await;
     let second = dispatch_of(&b.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
     assert_eq!(second, AttemptRef::new(id, 2));
@@ -261,6 +281,22 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     a.expect("ack", |m| matches!(m, MasterMessage::ReportAck { .. }))
         .await;
     assert_eq!(status(&s, id).await.0, TaskStatus::Dispatched);
+    // host-b takes attempt 2's lease, as a real host does before accepting,
+    // so the attempt stays RUNNING until its report however slow the turn.
+    let mut con = redis::Client::open(s._redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let options = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
+    let _: () = con
+        .set_options("worker:host-b/0:task", format!("{id}@2"), options)
+        .await
+        .unwrap();
+    let _: () = con
+        .set_options(format!("task:{id}:workerId"), "host-b/0@2", options)
+        .await
+        .unwrap();
     b.send(HostMessage::Accepted {
         attempt: second,
         slot: 0,
