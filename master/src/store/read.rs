@@ -161,21 +161,31 @@ impl Store {
         found.iter().map(rows::dispatch_payload).collect()
     }
 
+    /// A read-only transaction whose statements all see one snapshot:
+    /// PostgreSQL's READ COMMITTED would give each statement its own, so a
+    /// record and its rows (a task's attempts, a sweep's trials) could belong
+    /// to different states. SQLite's transactions are snapshots already.
+    pub(super) async fn snapshot(
+        &self,
+        action: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::db(action))?;
+        }
+        Ok(tx)
+    }
+
     /// One task with its attempts in ascending order, read from one snapshot.
     pub async fn task(&self, id: TaskId) -> Result<Option<TaskDetail>> {
         let Ok(id) = i64::try_from(id) else {
             return Ok(None);
         };
         let action = "read a task";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
-        if self.backend == Backend::Postgres {
-            // READ COMMITTED would give each statement its own snapshot, and
-            // the attempts could then belong to a newer state of the task.
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(action))?;
-        }
+        let mut tx = self.snapshot(action).await?;
         let sql = format!("SELECT {} FROM tasks WHERE id = $1", rows::TASK_COLUMNS);
         let Some(row) = sqlx::query(&sql)
             .bind(id)

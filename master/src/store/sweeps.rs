@@ -149,13 +149,7 @@ impl Store {
             return Ok(None);
         };
         let action = "read a sweep";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
-        if self.backend == Backend::Postgres {
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(action))?;
-        }
+        let mut tx = self.snapshot(action).await?;
         let sql = format!(
             "SELECT {}, spec, configs FROM sweeps WHERE id = $1",
             rows::SWEEP_COLUMNS
