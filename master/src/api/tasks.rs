@@ -202,6 +202,8 @@ pub async fn submit_batch(
 pub struct ListQuery {
     pub status: Option<String>,
     pub adapter: Option<String>,
+    /// Only tasks submitted with exactly this name.
+    pub name: Option<String>,
     pub limit: Option<u32>,
     pub before: Option<TaskId>,
 }
@@ -222,7 +224,8 @@ pub async fn list(
     };
     let filter = TaskFilter {
         status,
-        adapter: q.adapter,
+        adapter: q.adapter.filter(|a| !a.is_empty()),
+        name: q.name.filter(|n| !n.is_empty()),
         limit: q.limit.unwrap_or(0),
         before_id: q.before,
     };

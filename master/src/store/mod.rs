@@ -17,7 +17,9 @@
 //! - `read`: the queries the scheduler and the API make.
 //! - `rows`, `json`: decoding rows, and the JSON columns.
 //! - `sweeps`: sweeps with their trials, and early stopping's records.
+//! - `activity`: attempts ended per minute, for the dashboard.
 
+mod activity;
 mod apply;
 mod batch;
 mod connect;
@@ -33,6 +35,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
+pub use activity::EndedAttempts;
 pub use batch::{Batch, BatchResult, Next, Write};
 /// A database or Redis URL with its password replaced by `***`.
 pub use connect::redact as redact_url;

@@ -61,6 +61,8 @@ pub struct DispatchPayload {
 pub struct TaskFilter {
     pub status: Option<TaskStatus>,
     pub adapter: Option<String>,
+    /// Only tasks submitted with exactly this name.
+    pub name: Option<String>,
     /// 0 means the default of 100; at most 1000.
     pub limit: u32,
     /// Page cursor: only tasks with a smaller id (the last id of the page
@@ -91,6 +93,10 @@ fn list_query(filter: &TaskFilter) -> (String, Vec<Param<'_>>) {
     if let Some(adapter) = &filter.adapter {
         params.push(Param::text(adapter));
         conditions.push(format!("adapter = ${}", params.len()));
+    }
+    if let Some(name) = &filter.name {
+        params.push(Param::text(name));
+        conditions.push(format!("name = ${}", params.len()));
     }
     if let Some(before) = filter.before_id {
         // Ids beyond i64 do not exist, so every stored id is before them.

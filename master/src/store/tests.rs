@@ -790,6 +790,23 @@ async fn tasks_filter_by_status_and_adapter_and_page_newest_first(store: Store) 
         .await,
         vec![ids[5], ids[3]]
     );
+    assert_eq!(
+        list(TaskFilter {
+            name: Some("dqn-0".into()),
+            ..TaskFilter::default()
+        })
+        .await,
+        vec![ids[5], ids[3], ids[1]],
+        "the name filter matches the whole name"
+    );
+    assert_eq!(
+        list(TaskFilter {
+            name: Some("dqn".into()),
+            ..TaskFilter::default()
+        })
+        .await,
+        Vec::<TaskId>::new()
+    );
     // Paging: three at a time, each page starting before the last id seen.
     let mut pages = Vec::new();
     let mut cursor = None;
