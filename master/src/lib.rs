@@ -14,6 +14,7 @@
 //!   stopping.
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
 //! - [`api`]: the HTTP API and the live event stream.
+//! - [`dashboard`]: the web dashboard's page and files, on the API's port.
 //! - [`events`]: fan-out of task events.
 //! - [`history`]: the stored progress history, and its bound.
 //! - [`config`]: the master's settings.
@@ -21,6 +22,7 @@
 
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod events;
 pub mod failpoints;
 pub mod history;

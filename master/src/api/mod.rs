@@ -1,5 +1,5 @@
 //! The master's HTTP API (JSON): tasks, hosts, the live event stream and
-//! health. Mutating endpoints need the bearer token; bad requests get a 4xx
+//! health, and the web dashboard that reads them. Mutating endpoints need the bearer token; bad requests get a 4xx
 //! with a JSON error and store nothing. Served over HTTPS when the master
 //! has a certificate ([`tls`]).
 //!
@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | POST | `/v1/tasks` | submit one task (token) |
 //! | POST | `/v1/tasks/batch` | submit up to 10,000 tasks (token) |
-//! | GET | `/v1/tasks?status=&adapter=&limit=&before=` | list, newest first |
+//! | GET | `/v1/tasks?status=&adapter=&name=&limit=&before=` | list, newest first |
 //! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
 //! | GET | `/v1/tasks/{id}/progress?after=&limit=` | its stored progress history, oldest first |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
@@ -17,11 +17,14 @@
 //! | POST | `/v1/sweeps/{id}/cancel` | cancel a sweep's unfinished trials (token) |
 //! | GET | `/v1/hosts` | hosts and what they run |
 //! | GET | `/v1/events[?task=ID]` | server-sent events of task changes |
+//! | GET | `/v1/activity?minutes=` | attempts ended in each of the last minutes, by outcome |
 //! | GET | `/v1/health` | database, Redis and scheduler state; 503 when degraded |
 //! | GET | `/v1/health/live` | liveness: the scheduler loop runs |
 //! | GET | `/v1/health/ready` | readiness: database and Redis reachable, reconciled |
 //! | GET | `/metrics` | Prometheus metrics (text format) |
+//! | GET | `/` | the web dashboard ([`crate::dashboard`]); its files under `/assets/` |
 
+mod activity;
 mod auth;
 mod error;
 mod events;
@@ -95,11 +98,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(health::health))
         .route("/v1/health/live", get(health::live))
         .route("/v1/health/ready", get(health::ready))
+        .route("/v1/activity", get(activity::recent))
         .route("/metrics", get(metrics::scrape))
+        .merge(crate::dashboard::router())
         .merge(mutating)
         .fallback(|| async {
             ApiError::not_found(
-                "no such endpoint; see /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events, /metrics",
+                "no such endpoint; see / (the dashboard), /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events, /metrics",
             )
         })
         .with_state(state)
