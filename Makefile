@@ -9,12 +9,25 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build release install adapters prerequisites fmt clippy clean
+.PHONY: demo test bench build release install adapters prerequisites browser fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
 	@command -v python3 >/dev/null || { echo "python3 not found: install the Debian package python3"; exit 1; }
 	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+# The dashboard's browser test drives headless Chromium through WebDriver.
+# Installed when missing if we are root (as CI is), else named.
+BROWSER_PACKAGES := chromium chromium-driver
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(BROWSER_PACKAGES) for the dashboard's browser test"; \
+	    apt-get install -y $(BROWSER_PACKAGES) || { apt-get update && apt-get install -y $(BROWSER_PACKAGES); }; \
+	  else \
+	    echo "chromium or chromedriver not found: install the Debian packages $(BROWSER_PACKAGES) (the dashboard's browser test drives them)"; exit 1; \
+	  fi; \
+	fi
 
 adapters: prerequisites
 	@$(MAKE) --no-print-directory -C adapters build
@@ -22,16 +35,18 @@ adapters: prerequisites
 build: adapters
 	$(CARGO) build --workspace --bins
 
+# `make demo DEMO_ARGS=--stay` keeps the cluster and its dashboard up after
+# the tasks end, until Ctrl-C.
 demo: build
 	@[ -n "$$TRAINYARD_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_REDIS_URL)"; exit 1; }
-	./target/debug/trainyard demo
+	./target/debug/trainyard demo $(DEMO_ARGS)
 
 # `cargo test` builds the binaries the integration tests start, with the
 # features the tests unify (the master's fail points among them); building
 # them first with `cargo build` would compile most dependencies twice. The
 # check before it proves builds without the tests have no test machinery.
-test: adapters
+test: adapters browser
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }
