@@ -128,6 +128,9 @@ pub struct DemoArgs {
     /// Keep the demo's directory (database, logs, workspaces) afterwards
     #[arg(long)]
     pub keep: bool,
+    /// Keep the cluster (and its dashboard) up after the tasks end, until Ctrl-C
+    #[arg(long)]
+    pub stay: bool,
 }
 
 impl Command {

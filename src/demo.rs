@@ -2,7 +2,9 @@
 //! private Redis (unless `TRAINYARD_REDIS_URL` names one), a master on a
 //! fresh SQLite database and two hosts, submits several Q-learning tasks,
 //! shows their progress live, prints a final table, and stops everything it
-//! started. It exits 0 only if every task completed.
+//! started. It exits 0 only if every task completed. While it runs, the
+//! master's web dashboard is open at the URL it prints; with `--stay` the
+//! cluster stays up after the tasks end, for a look around, until Ctrl-C.
 
 use crate::cli::DemoArgs;
 use crate::client::{ApiClient, StreamEvent};
@@ -98,6 +100,7 @@ async fn drive(
     processes.push(cluster.spawn_master()?);
     let client = cluster.wait_for_master(Duration::from_secs(60)).await?;
     println!("Master up at {}", cluster.settings.api.url);
+    println!("Dashboard: {}", dashboard_url(cluster));
     for id in HOSTS {
         processes.push(cluster.spawn_host(id)?);
     }
@@ -208,7 +211,24 @@ async fn drive(
         });
     }
     println!("\n{}", render_final_table(&rows));
+    if args.stay {
+        // Listening before saying so: a Ctrl-C right after the message
+        // must reach this, not end the process before it cleans up.
+        let mut interrupt =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        println!(
+            "\nThe cluster stays up: dashboard at {}. Press Ctrl-C to stop.",
+            dashboard_url(cluster)
+        );
+        interrupt.recv().await;
+        println!("Stopping.");
+    }
     Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
+}
+
+/// Where the master serves its dashboard: the API's address.
+fn dashboard_url(cluster: &Cluster) -> String {
+    format!("{}/", cluster.settings.api.url.trim_end_matches('/'))
 }
 
 async fn refresh(client: &ApiClient, status: &mut HashMap<u64, TaskStatus>) {
