@@ -449,10 +449,14 @@ function logTail(ctx, id, liveTask) {
     first.lines.forEach(append);
     if (!first.lines.length) note("no output yet");
     if (liveTask()) {
-      follow(ctx, `/v1/tasks/${id}/logs?follow=true&tail=${LOG_TAIL}`, {
+      // The stream starts with the same tail (deduplicated by attempt and
+      // seq) and ends once the task has ended; the browser would reopen it,
+      // so it is closed then.
+      const es = follow(ctx, `/v1/tasks/${id}/logs?follow=true&tail=${LOG_TAIL}`, {
         line: append,
         dropped: (d) => note(`${d.dropped} lines dropped (attempt ${d.attempt})`),
       });
+      es.addEventListener("error", () => { if (!liveTask()) es.close(); });
     }
   })();
   return box;
