@@ -318,7 +318,10 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
         "the final metrics",
     )
     .await;
+    // The whole page, for a person to look at.
+    b.set_window_size(1400, 2400).await.unwrap();
     screenshot(&b, "task-completed").await;
+    b.set_window_size(1400, 1100).await.unwrap();
 
     // The other views render what the API holds.
     b.goto(&format!("{base}/#/compare?name=dashboard-quick"))
