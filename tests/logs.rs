@@ -202,7 +202,7 @@ async fn a_flooding_trainer_is_bounded_with_a_visible_drop_count_while_another_t
     let _serial = serial();
     let mut s = setup("sqlite");
     s.slots = 2;
-    let c = TestCluster::start(s, 1).await;
+    let mut c = TestCluster::start(s, 1).await;
     let flood = script(&c, FLOODS).await;
     logs_until(&c, flood, LogQuery::default(), "the flood", |p| {
         p.lines.len() >= 100
@@ -261,6 +261,13 @@ async fn a_flooding_trainer_is_bounded_with_a_visible_drop_count_while_another_t
         "every line printed is stored or counted dropped"
     );
     let page = LogPage { lines, dropped };
+    // Neither process held the flood: their peak memory stays far below
+    // what it printed (some 350 MB).
+    for process in [c.master().pid(), c.host("host-1").pid()] {
+        let peak = peak_rss_mib(process.expect("running"));
+        eprintln!("peak resident memory: {peak} MiB");
+        assert!(peak < 128, "{peak} MiB");
+    }
     assert!(
         page.lines
             .iter()
@@ -283,6 +290,17 @@ async fn a_flooding_trainer_is_bounded_with_a_visible_drop_count_while_another_t
         "{printed}"
     );
     assert!(printed.trim_end().ends_with(" lines"), "{printed}");
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib / 1024
 }
 
 /// Every line stored for `id` (paging forward), and the drop count.
