@@ -384,6 +384,59 @@ async fn following_delivers_lines_printed_after_the_request_and_ends_with_the_ta
 }
 
 #[tokio::test]
+async fn each_attempt_keeps_its_own_lines_and_the_cli_marks_where_attempts_change() {
+    let _serial = serial();
+    let c = TestCluster::start(setup("sqlite"), 1).await;
+    let id = c
+        .submit(json!({
+            "adapter": "test-trainer",
+            "params": {"episodes": 6, "fail_at_episode": 3, "fail_until_attempt": 1},
+        }))
+        .await;
+    let done = c
+        .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(90))
+        .await;
+    assert_eq!(done.task.attempt, 2, "the first attempt failed");
+    let one = LogQuery {
+        attempt: Some(1),
+        ..LogQuery::default()
+    };
+    let two = LogQuery {
+        attempt: Some(2),
+        ..LogQuery::default()
+    };
+    let first = logs_until(&c, id, one, "attempt 1's lines", |p| !p.lines.is_empty()).await;
+    // Following a finished task answers once every line it shipped is
+    // stored: then the page is complete.
+    let followed: Vec<_> = c
+        .client()
+        .follow_logs(id, two)
+        .await
+        .expect("follow")
+        .collect()
+        .await;
+    assert!(followed.iter().all(|e| e.is_ok()), "{followed:?}");
+    let second = c.client().logs(id, two).await.unwrap();
+    assert!(
+        second.lines.iter().any(|l| l.stream == "stdout"),
+        "{second:#?}"
+    );
+    assert!(first.lines.iter().all(|l| l.attempt == 1), "{first:#?}");
+    assert!(second.lines.iter().all(|l| l.attempt == 2), "{second:#?}");
+    assert!(first.lines.last().unwrap().seq < second.lines[0].seq);
+
+    let printed = c.cli(&["logs", &id.to_string(), "--tail", "10000"]);
+    let separators: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.starts_with("[attempt "))
+        .collect();
+    assert_eq!(separators, ["[attempt 2]"], "{printed}");
+    let only_two = c.cli(&["logs", &id.to_string(), "--attempt", "2"]);
+    assert!(only_two.starts_with("[attempt 2]\n"), "{only_two}");
+    assert_eq!(only_two.lines().count(), second.lines.len() + 1);
+}
+
+#[tokio::test]
 async fn bad_log_requests_are_refused_with_a_json_error() {
     let _serial = serial();
     let c = TestCluster::start(setup("sqlite"), 1).await;
