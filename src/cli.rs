@@ -45,6 +45,8 @@ pub enum Command {
     Hosts(commands::hosts::HostsArgs),
     /// Cancel a task
     Cancel(commands::cancel::CancelArgs),
+    /// Print a task's trainer and adapter output (-f follows it until the task ends)
+    Logs(commands::logs::LogsArgs),
     /// Create a sweep (a search over parameters and seeds), or show or cancel one
     Sweep(commands::sweep::SweepArgs),
     /// List sweeps

@@ -8,9 +8,11 @@
 pub(crate) mod canned;
 mod error;
 mod events;
+mod logs;
 
 pub use error::{error_message, ClientError};
 pub use events::{StreamEvent, TaskEvent};
+pub use logs::{LogEvent, LogLine, LogPage, LogQuery};
 
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
@@ -368,6 +370,48 @@ impl ApiClient {
                 let next = match item {
                     _ if *broken => None,
                     Ok(event) => Some(events::decode(&event)),
+                    Err(e) => {
+                        *broken = true;
+                        Some(Some(Err(error::event_stream_error(&shown, e))))
+                    }
+                };
+                std::future::ready(next)
+            })
+            .filter_map(std::future::ready);
+        Ok(events)
+    }
+
+    /// A task's captured lines (`GET /v1/tasks/{id}/logs`).
+    pub async fn logs(&self, id: u64, query: LogQuery) -> Result<LogPage, ClientError> {
+        let path = format!("v1/tasks/{id}/logs");
+        let request = self.request(Method::GET, &path)?.query(&query.pairs());
+        self.call(request, &format!("GET /{path}")).await
+    }
+
+    /// A task's captured lines, then new ones as they are stored; ends when
+    /// the task has ended (after its last lines). Like [`Self::events`], a
+    /// transport or framing error is the stream's last item.
+    pub async fn follow_logs(
+        &self,
+        id: u64,
+        query: LogQuery,
+    ) -> Result<impl Stream<Item = Result<LogEvent, ClientError>> + Send + 'static, ClientError>
+    {
+        let mut pairs = query.pairs();
+        pairs.push(("follow", "true".into()));
+        let request = self
+            .request(Method::GET, &format!("v1/tasks/{id}/logs"))?
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .query(&pairs);
+        let response = self.send(request).await?;
+        let shown = self.shown.clone();
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .scan(false, move |broken, item| {
+                let next = match item {
+                    _ if *broken => None,
+                    Ok(event) => Some(logs::decode(&event)),
                     Err(e) => {
                         *broken = true;
                         Some(Some(Err(error::event_stream_error(&shown, e))))

@@ -71,6 +71,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Task(args) => commands::task::run(&client()?, args).await?,
         Command::Hosts(args) => commands::hosts::run(&client()?, args).await?,
         Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
+        Command::Logs(args) => commands::logs::run(&client()?, args).await?,
         Command::Sweep(args) => commands::sweep::run(&client()?, args).await?,
         Command::Sweeps(args) => commands::sweeps::run(&client()?, args).await?,
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,

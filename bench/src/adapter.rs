@@ -56,6 +56,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let context = AttemptContext {
         attempt: AttemptRef::new(1, 1),
         workspace,
+        logs: None,
     };
 
     let python_rounds = env.size(30, 3);

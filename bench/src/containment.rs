@@ -104,6 +104,7 @@ async fn attempt(
         max_line_bytes: 1024,
         stderr_tail_bytes: 1024,
         confinement,
+        logs: None,
     };
     let (trainer, lines) = Trainer::spawn(spec, Deadline::after(Duration::from_secs(60))).await?;
     drop(lines);

@@ -7,7 +7,8 @@
 //! 3. Instantiate the adapter, ask it for a launch plan, check the plan
 //!    against the operator's policy, write its files.
 //! 4. Launch the trainer under its supervisor; feed each stdout line to the
-//!    adapter; forward progress (throttled) and checkpoints (at once); pass
+//!    adapter; capture stdout, stderr and the adapter's records for the
+//!    master ([`crate::logs`]); forward progress (throttled) and checkpoints (at once); pass
 //!    each renewed lease deadline to the supervisor; stop the trainer on
 //!    cancel, on a stop order, on a lost lease or past its time limit.
 //! 5. Ask the adapter for the result, unless the host itself ended the run.
@@ -16,6 +17,7 @@
 
 use crate::agent::AttemptEvent;
 use crate::lease::{Acquired, LeaseLayer};
+use crate::logs::LogWriter;
 use crate::plan::{self, Allowlist};
 use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
@@ -29,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{
-    AttemptReport, Checkpoint, Dispatch, Outcome, ProgressUpdate, MAX_PROGRESS_BATCH,
+    AttemptReport, Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate, MAX_PROGRESS_BATCH,
 };
 use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
@@ -58,6 +60,8 @@ pub struct AttemptEnv {
     /// The containment layers this host enforces.
     pub enforcement: Arc<crate::containment::Enforcement>,
     pub metrics: crate::metrics::HostMetrics,
+    /// Where the attempt's trainer and adapter lines wait for the master.
+    pub logs: Arc<crate::logs::LogBook>,
 }
 
 /// An adapter with the programs it may launch.
@@ -133,8 +137,10 @@ pub async fn run(
     let _ = events.send(AttemptEvent::Accepted { attempt, slot }).await;
     tracing::info!(%attempt, %worker, adapter = %dispatch.adapter, "attempt started");
 
+    let logs = env.logs.writer(attempt);
     let mut run = Run {
         env: &env,
+        logs: &logs,
         attempt,
         adapter: &dispatch.adapter,
         assignment: &assignment,
@@ -145,6 +151,9 @@ pub async fn run(
         .execute(&adapter, &dispatch, &mut control, &mut lease.state)
         .await;
 
+    // Every line is in: the trainer's pipes are drained and the adapter
+    // instance is gone.
+    logs.close();
     // Stop renewing before releasing, so a renewal cannot race the release.
     drop(lease);
     let report = AttemptReport {
@@ -259,6 +268,8 @@ struct Run<'a> {
     assignment: &'a Assignment,
     events: &'a mpsc::Sender<AttemptEvent>,
     progress: Throttle,
+    /// The attempt's captured lines.
+    logs: &'a LogWriter,
 }
 
 impl Run<'_> {
@@ -316,6 +327,7 @@ impl Run<'_> {
         let context = AttemptContext {
             attempt: self.attempt,
             workspace: workspace.path().to_path_buf(),
+            logs: Some(self.logs.clone()),
         };
         let mut instance = match adapter.loaded.instantiate(context).await {
             Ok(i) => i,
@@ -396,6 +408,7 @@ impl Run<'_> {
             max_line_bytes: config.max_line_bytes,
             stderr_tail_bytes: config.stderr_tail_bytes,
             confinement: Some(confinement),
+            logs: Some(self.logs.clone()),
         };
         let initial = match *lease.borrow() {
             LeaseState::Held(d) => d,
@@ -437,6 +450,7 @@ impl Run<'_> {
                             ended = Some(Ended::AdapterFault(fault));
                         }
                     }
+                    self.logs.push(LogStream::Stdout, line);
                 }
                 Some(order) = control.recv(), if ended.is_none() => {
                     trainer_control.stop(grace);
@@ -475,6 +489,7 @@ impl Run<'_> {
                     ended = Some(Ended::AdapterFault(fault));
                 }
             }
+            self.logs.push(LogStream::Stdout, line);
         }
         self.flush_progress().await;
         self.env

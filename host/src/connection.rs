@@ -13,8 +13,11 @@
 
 use crate::agent::{AgentHandle, Event};
 use crate::backoff::Backoff;
+use crate::logs::{LogBook, SHIP_EVERY};
 use crate::renewer::Contact;
+use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -54,6 +57,8 @@ pub struct ConnectionConfig {
     pub tls: Option<MasterTls>,
     /// The containment layers the host enforces.
     pub containment: Vec<String>,
+    /// The attempts' captured lines, shipped when nothing else waits.
+    pub logs: Arc<LogBook>,
 }
 
 /// Observers of connection attempts (tests measure reconnect spread with it).
@@ -273,13 +278,7 @@ async fn serve(
         return;
     }
     let (mut sink, mut stream) = frames.split();
-    let writer = async {
-        while let Some(message) = outgoing.recv().await {
-            if sink.send(message).await.is_err() {
-                break;
-            }
-        }
-    };
+    let writer = write(&mut sink, &mut outgoing, &config.logs);
     let idle = config.timers.idle_timeout;
     let reader = async {
         loop {
@@ -310,6 +309,50 @@ async fn serve(
         _ = reader => {}
     }
     let _ = agent.tx.send(Event::Disconnected { session }).await;
+}
+
+/// Writes the agent's messages to the master, and the attempts' log
+/// batches ([`crate::logs`]) when no message waits: at most one batch per
+/// attempt every [`SHIP_EVERY`], and an attempt's remaining lines just
+/// before its report. Returns when the agent drops the outbox or a write
+/// fails.
+async fn write(
+    sink: &mut SplitSink<MasterFrames, HostMessage>,
+    outgoing: &mut mpsc::Receiver<HostMessage>,
+    book: &LogBook,
+) {
+    // Taken but not yet written, in order; a waiting message goes first.
+    let mut queued = VecDeque::new();
+    let mut ship = tokio::time::interval(SHIP_EVERY);
+    ship.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let message = tokio::select! {
+            biased;
+            message = outgoing.recv() => {
+                let Some(message) = message else { break };
+                if let HostMessage::Report(report) = &message {
+                    // The attempt's last lines reach the master before its
+                    // end does.
+                    let last = book.take_all(report.attempt);
+                    queued.extend(last.into_iter().map(HostMessage::Logs));
+                    queued.push_back(message);
+                    continue;
+                }
+                message
+            }
+            _ = std::future::ready(()), if !queued.is_empty() => match queued.pop_front() {
+                Some(message) => message,
+                None => continue,
+            },
+            _ = ship.tick() => {
+                queued.extend(book.take_due().into_iter().map(HostMessage::Logs));
+                continue;
+            }
+        };
+        if sink.send(message).await.is_err() {
+            break;
+        }
+    }
 }
 
 /// The delay before `n`-th reconnect attempts would be, for display.

@@ -15,6 +15,8 @@
 //! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
 //!   user, limits).
 //! - [`workspace`]: the per-attempt workspace directory.
+//! - [`logs`]: trainer and adapter lines captured per attempt, bounded,
+//!   until the connection ships them to the master.
 //! - [`metrics`]: the host's `/metrics`, on `host.metrics_listen`.
 
 pub mod agent;
@@ -25,6 +27,7 @@ pub mod config;
 pub mod connection;
 pub mod containment;
 pub mod lease;
+pub mod logs;
 pub mod metrics;
 pub mod plan;
 pub mod process;
@@ -213,7 +216,9 @@ pub async fn start(
     let book = Arc::new(renewer::LeaseBook::default());
     let contact = Arc::new(renewer::Contact::new());
     let config = Arc::new(config);
+    let log_book = Arc::new(logs::LogBook::default());
     let env = attempt::AttemptEnv {
+        logs: log_book.clone(),
         lease: lease.clone(),
         book: book.clone(),
         base_env: Arc::new(base_env(&config)),
@@ -234,6 +239,7 @@ pub async fn start(
         max_frame: config.max_frame_bytes,
         tls,
         containment: enforcement.layers(),
+        logs: log_book,
     };
     tracing::info!(
         host = %config.id,

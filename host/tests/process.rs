@@ -33,6 +33,7 @@ fn sh(workspace: &Path, script: &str) -> LaunchSpec {
         max_line_bytes: 64 * 1024,
         stderr_tail_bytes: 4096,
         confinement: None,
+        logs: None,
     }
 }
 

@@ -17,6 +17,7 @@
 //! - [`dashboard`]: the web dashboard's page and files, on the API's port.
 //! - [`events`]: fan-out of task events.
 //! - [`history`]: the stored progress history, and its bound.
+//! - [`logs`]: the captured trainer and adapter lines, and their bound.
 //! - [`config`]: the master's settings.
 //! - [`failpoints`]: fault injection, in builds for the tests only.
 
@@ -26,6 +27,7 @@ pub mod dashboard;
 pub mod events;
 pub mod failpoints;
 pub mod history;
+pub mod logs;
 pub mod model;
 pub mod placement;
 pub mod reconcile;
@@ -115,6 +117,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
     let events = events::Events::new(16 * 1024);
     let recorder = history::Recorder::new(store.clone(), &events);
+    let (log_recorder, log_feed) = logs::Recorder::new(store.clone());
     let (scheduler, handle) = scheduler::Scheduler::start(
         store.clone(),
         redis,
@@ -175,6 +178,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     });
     tasks.spawn(scheduler.run(until_stopped()));
     tasks.spawn(recorder.run(until_stopped()));
+    tasks.spawn(log_recorder.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,
         sessions::ListenerConfig {
@@ -184,6 +188,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             timers: config.timers.clone(),
             max_frame: config.max_frame_bytes,
             max_connections: config.max_connections,
+            logs: log_feed.clone(),
         },
         handle.clone(),
         until_stopped(),
@@ -204,6 +209,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         placement: handle.placement(),
         scheduler: handle.clone(),
         events,
+        logs: log_feed,
         api_token: config.api_token.clone().into(),
         default_max_attempts: config.default_max_attempts,
         redis_probe: Arc::new(redis_probe),

@@ -41,7 +41,8 @@ pub use timers::Timers;
 /// Version 4 says of each running attempt whether its lease is held yet.
 /// Version 5 batches progress: an update carries the events before its
 /// newest (`ProgressUpdate::earlier`) instead of the host dropping them.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// Version 6 carries the trainers' and adapters' log lines (`Logs`).
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -149,6 +149,67 @@ pub struct ProgressUpdate {
     pub earlier: Vec<Progress>,
 }
 
+/// Most lines one [`LogBatch`] carries.
+pub const MAX_LOG_BATCH: usize = 256;
+
+/// Most text bytes one [`LogBatch`] carries (a single longer line still
+/// goes, alone).
+pub const MAX_LOG_BATCH_BYTES: usize = 64 << 10;
+
+/// Where a captured log line came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// The trainer's standard output.
+    Stdout,
+    /// The trainer's standard error.
+    Stderr,
+    /// The adapter: its `host.log` records and its own console output.
+    Adapter,
+}
+
+impl LogStream {
+    /// The name on the API and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+            Self::Adapter => "adapter",
+        }
+    }
+
+    /// The stream of a stored name.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "stdout" => Some(Self::Stdout),
+            "stderr" => Some(Self::Stderr),
+            "adapter" => Some(Self::Adapter),
+            _ => None,
+        }
+    }
+}
+
+/// One captured line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    pub stream: LogStream,
+    /// When the host read it.
+    pub at_ms: i64,
+    pub text: String,
+}
+
+/// Log lines of one attempt, oldest first (at most [`MAX_LOG_BATCH`] lines
+/// and [`MAX_LOG_BATCH_BYTES`]). `dropped` counts the lines the host
+/// dropped since the previous batch because the attempt printed faster
+/// than its lines could be shipped; a marker line among `lines` says where.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogBatch {
+    pub attempt: AttemptRef,
+    pub lines: Vec<LogLine>,
+    #[serde(default)]
+    pub dropped: u64,
+}
+
 /// How an attempt ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -207,6 +268,9 @@ pub enum HostMessage {
     },
     Progress(ProgressUpdate),
     Report(AttemptReport),
+    /// Captured trainer and adapter output. Sent when nothing more urgent
+    /// waits, so it never holds up the messages above.
+    Logs(LogBatch),
 }
 
 /// Master to host.
@@ -249,6 +313,7 @@ impl HostMessage {
             Self::Rejected { .. } => "rejected",
             Self::Progress(_) => "progress",
             Self::Report(_) => "report",
+            Self::Logs(_) => "logs",
         }
     }
 }

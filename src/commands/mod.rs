@@ -11,6 +11,7 @@ pub mod config;
 pub mod follow;
 pub mod format;
 pub mod hosts;
+pub mod logs;
 pub mod submit;
 pub mod sweep;
 pub mod sweeps;

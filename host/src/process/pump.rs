@@ -13,9 +13,11 @@
 
 use super::lines::LineSplitter;
 use super::tail::StderrTail;
+use crate::logs::LogWriter;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
+use trainyard_proto::messages::LogStream;
 
 /// How long a pipe may stay silent after the trainer has ended before the
 /// reader gives up on it.
@@ -57,12 +59,17 @@ async fn deliver(consumer: &mut Option<mpsc::Sender<String>>, line: String) {
 }
 
 /// Reads stderr to its end and returns its last `tail_bytes` bytes as text.
+/// With `capture`, each line (cut at its length bound) also goes to the
+/// attempt's log, which never blocks: lines it cannot keep are dropped
+/// and counted there.
 pub(crate) async fn pump_stderr<R: AsyncRead + Unpin>(
     mut pipe: R,
     tail_bytes: usize,
+    capture: Option<(LogWriter, usize)>,
     mut trainer_gone: watch::Receiver<bool>,
 ) -> String {
     let mut tail = StderrTail::new(tail_bytes);
+    let mut lines = capture.map(|(logs, max)| (logs, LineSplitter::new(max)));
     let mut chunk = vec![0u8; CHUNK_BYTES];
     loop {
         let n = read_chunk(&mut pipe, &mut chunk, &mut trainer_gone).await;
@@ -70,6 +77,16 @@ pub(crate) async fn pump_stderr<R: AsyncRead + Unpin>(
             break;
         }
         tail.push(&chunk[..n]);
+        if let Some((logs, splitter)) = &mut lines {
+            for line in splitter.feed(&chunk[..n]) {
+                logs.push(LogStream::Stderr, line);
+            }
+        }
+    }
+    if let Some((logs, mut splitter)) = lines {
+        if let Some(line) = splitter.finish() {
+            logs.push(LogStream::Stderr, line);
+        }
     }
     tail.into_text()
 }

@@ -10,6 +10,7 @@ use super::wire::{HostMessage, LimitBreach, Report};
 use super::{supervisor, Deadline};
 use crate::containment::cgroup::AttemptCgroup;
 use crate::containment::Confinement;
+use crate::logs::LogWriter;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::io::{self, Write};
@@ -49,6 +50,9 @@ pub struct LaunchSpec {
     pub stderr_tail_bytes: usize,
     /// How the supervisor confines the trainer; `None` runs it unconfined.
     pub confinement: Option<Confinement>,
+    /// Where stderr lines (cut at `max_line_bytes`) are captured, besides
+    /// the tail; stdout lines are the consumer's to capture.
+    pub logs: Option<LogWriter>,
 }
 
 /// How a trainer ended, and what it left behind.
@@ -226,7 +230,12 @@ impl Trainer {
                 lines_tx,
                 gone_rx.clone(),
             )),
-            stderr: TaskGuard::spawn(pump_stderr(stderr, spec.stderr_tail_bytes, gone_rx)),
+            stderr: TaskGuard::spawn(pump_stderr(
+                stderr,
+                spec.stderr_tail_bytes,
+                spec.logs.map(|logs| (logs, spec.max_line_bytes)),
+                gone_rx,
+            )),
             supervisor,
             started,
             cgroup: spec.confinement.and_then(|c| c.cgroup),

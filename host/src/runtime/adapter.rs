@@ -33,6 +33,9 @@ pub struct AttemptContext {
     pub attempt: AttemptRef,
     /// The attempt's workspace on the host; the guest sees it as `/workspace`.
     pub workspace: PathBuf,
+    /// Where the adapter's log records and console lines are captured for
+    /// the master, besides the host's own log.
+    pub logs: Option<crate::logs::LogWriter>,
 }
 
 /// An adapter ready to run attempts. Cheap to clone.
@@ -72,6 +75,7 @@ impl LoadedAdapter {
         let tags = Tags {
             adapter: loaded.name.clone(),
             attempt: Some(ctx.attempt),
+            capture: ctx.logs,
         };
         let sandbox =
             Sandbox::instantiate(&loaded.shared, &loaded.pre, tags, Some(&ctx.workspace)).await?;
@@ -300,6 +304,7 @@ async fn describe(
     let tags = Tags {
         adapter: label,
         attempt: None,
+        capture: None,
     };
     let mut sandbox = Sandbox::instantiate(shared, pre, tags, None).await?;
     sandbox.describe().await

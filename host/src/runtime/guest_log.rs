@@ -2,17 +2,20 @@
 //! `host.log` import, and anything it prints to stdout or stderr.
 //!
 //! Both go to the host's `tracing` log, tagged with the adapter, the task and
-//! the attempt, and both draw on one per-attempt budget (records and bytes)
+//! the attempt, and to the attempt's captured lines (stream `adapter`) that
+//! the master keeps; both draw on one per-attempt budget (records and bytes)
 //! so an adapter cannot flood the host's log or its disk. Each record is
 //! cut at 4 KiB; once the budget is spent, later output is dropped and the
 //! host says so once. The end of stderr is also kept per call, because a
 //! panicking Rust guest explains itself there just before it traps.
 
 use super::bindings::LogLevel;
+use crate::logs::LogWriter;
 use bytes::Bytes;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use trainyard_proto::messages::LogStream;
 use trainyard_proto::AttemptRef;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
@@ -30,6 +33,8 @@ pub struct Tags {
     pub adapter: Arc<str>,
     /// `None` while the adapter is being loaded (`describe`).
     pub attempt: Option<AttemptRef>,
+    /// The attempt's captured lines (stream `adapter`), for the master.
+    pub capture: Option<LogWriter>,
 }
 
 /// What is left of an attempt's log budget.
@@ -138,7 +143,17 @@ impl GuestOutput {
     pub fn log(&mut self, level: LogLevel, message: &str) {
         let message = cut(message, MAX_RECORD);
         if self.admit(message.len()) {
-            let Tags { adapter, attempt } = &self.tags;
+            let Tags {
+                adapter,
+                attempt,
+                capture,
+            } = &self.tags;
+            if let Some(capture) = capture {
+                capture.push(
+                    LogStream::Adapter,
+                    format!("{}: {message}", level_name(level)),
+                );
+            }
             let (task, attempt) = (attempt.map(|a| a.task), attempt.map(|a| a.attempt));
             guest_event!(level, adapter = %adapter, task, attempt, "{message}");
         }
@@ -177,7 +192,14 @@ impl GuestOutput {
 
     fn console_line(&mut self, stream: Stream, text: &str) {
         if self.admit(text.len()) {
-            let Tags { adapter, attempt } = &self.tags;
+            let Tags {
+                adapter,
+                attempt,
+                capture,
+            } = &self.tags;
+            if let Some(capture) = capture {
+                capture.push(LogStream::Adapter, text.to_owned());
+            }
             let (task, attempt) = (attempt.map(|a| a.task), attempt.map(|a| a.attempt));
             let stream = match stream {
                 Stream::Stdout => "stdout",
@@ -192,7 +214,9 @@ impl GuestOutput {
             Admission::Write => true,
             Admission::Drop => false,
             Admission::DropAndAnnounce => {
-                let Tags { adapter, attempt } = &self.tags;
+                let Tags {
+                    adapter, attempt, ..
+                } = &self.tags;
                 let (task, attempt) = (attempt.map(|a| a.task), attempt.map(|a| a.attempt));
                 tracing::warn!(
                     target: TARGET,
@@ -219,6 +243,17 @@ impl GuestOutput {
             .filter(|l| !l.is_empty())
             .collect();
         lines.join("; ")
+    }
+}
+
+/// How a record's level reads in the captured lines.
+fn level_name(level: LogLevel) -> &'static str {
+    match level {
+        LogLevel::Trace => "trace",
+        LogLevel::Debug => "debug",
+        LogLevel::Info => "info",
+        LogLevel::Warn => "warn",
+        LogLevel::Error => "error",
     }
 }
 
@@ -332,6 +367,7 @@ mod tests {
         let tags = Tags {
             adapter: "t".into(),
             attempt: None,
+            capture: None,
         };
         let mut out = GuestOutput::new(tags, LogBudget::new(10, 100));
         out.console(Stream::Stderr, b"old\n");

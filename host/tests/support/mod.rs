@@ -74,6 +74,7 @@ impl Attempt {
             context: AttemptContext {
                 attempt: AttemptRef::new(task, 1),
                 workspace,
+                logs: None,
             },
             root,
         }

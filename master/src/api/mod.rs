@@ -10,6 +10,7 @@
 //! | GET | `/v1/tasks?status=&adapter=&name=&limit=&before=` | list, newest first |
 //! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
 //! | GET | `/v1/tasks/{id}/progress?after=&limit=` | its stored progress history, oldest first |
+//! | GET | `/v1/tasks/{id}/logs?attempt=&tail=&after=&follow=` | its captured trainer and adapter lines, oldest first; `follow=true` streams them (server-sent events) until the task ends |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
 //! | POST | `/v1/sweeps` | create a sweep from its spec, with its trials (token) |
 //! | GET | `/v1/sweeps?limit=&before=` | list sweeps, newest first |
@@ -30,6 +31,7 @@ mod error;
 mod events;
 pub mod health;
 mod hosts;
+mod logs;
 pub mod metrics;
 mod progress;
 mod sweeps;
@@ -57,6 +59,8 @@ pub struct AppState {
     pub placement: tokio::sync::watch::Receiver<Arc<crate::placement::Snapshot>>,
     pub scheduler: SchedulerHandle,
     pub events: Events,
+    /// The log recorder: followers hear of new lines through it.
+    pub logs: crate::logs::LogFeed,
     pub api_token: Arc<str>,
     pub default_max_attempts: u32,
     /// The health probes' own Redis connection: a probe never queues behind
@@ -91,6 +95,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks", get(tasks::list))
         .route("/v1/tasks/{id}", get(tasks::show))
         .route("/v1/tasks/{id}/progress", get(progress::history))
+        .route("/v1/tasks/{id}/logs", get(logs::read))
         .route("/v1/sweeps", get(sweeps::list))
         .route("/v1/sweeps/{id}", get(sweeps::show))
         .route("/v1/hosts", get(hosts::list))

@@ -310,6 +310,8 @@ impl Scheduler {
             HostMessage::Hello(_) => {
                 tracing::warn!(%host, "second hello on a connection; ignored");
             }
+            // Sessions hand these to the log recorder; none reach here.
+            HostMessage::Logs(_) => {}
         }
     }
 

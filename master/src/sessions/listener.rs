@@ -22,6 +22,8 @@ pub struct ListenerConfig {
     pub timers: Timers,
     pub max_frame: usize,
     pub max_connections: usize,
+    /// Where the hosts' log batches go, past the scheduler.
+    pub logs: crate::logs::LogFeed,
 }
 
 /// Accepts host connections until `shutdown` resolves.

@@ -3,7 +3,8 @@
 //! the id of a live host — must finish within `handshake_timeout`; after
 //! it, a connection silent for `idle_timeout` is closed, and so is one that
 //! sends a frame that does not decode (framing may be lost). Messages go to the scheduler, which decides;
-//! replies come back through this connection's own outbox.
+//! replies come back through this connection's own outbox. Log batches go
+//! to the log recorder instead ([`crate::logs`]).
 
 use super::handshake::{check_certificate, check_hello, HandshakeRefusal};
 use super::listener::ListenerConfig;
@@ -118,6 +119,12 @@ pub async fn run(
             };
             let message = match next {
                 None => break,
+                Some(Ok(HostMessage::Logs(batch))) => {
+                    // Stored by the log recorder, never queued behind (or
+                    // ahead of) the scheduler's work.
+                    config.logs.offer(batch);
+                    continue;
+                }
                 Some(Ok(m)) => m,
                 Some(Err(e)) => {
                     tracing::warn!(%host, %addr, error = %e, "bad frame from host; closing the connection");

@@ -18,6 +18,7 @@
 //! - `rows`, `json`: decoding rows, and the JSON columns.
 //! - `sweeps`: sweeps with their trials, and early stopping's records.
 //! - `activity`: attempts ended per minute, for the dashboard.
+//! - `points`, `logs`: the progress history and the captured log lines.
 
 mod activity;
 mod apply;
@@ -25,6 +26,7 @@ mod batch;
 mod connect;
 mod json;
 mod lock;
+mod logs;
 mod points;
 mod read;
 mod rows;
@@ -40,6 +42,7 @@ pub use batch::{Batch, BatchResult, Next, Write};
 /// A database or Redis URL with its password replaced by `***`.
 pub use connect::redact as redact_url;
 pub use lock::{LockError, MasterLock};
+pub use logs::{LogDrops, LogLineView, LogRead, NewLogLine, MAX_READ as MAX_LOG_READ};
 pub use points::{NewPoint, ProgressPoint, MAX_READ as MAX_POINTS_READ};
 pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
 pub use sweeps::{StoredSweep, SweepInsert};

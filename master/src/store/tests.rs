@@ -61,6 +61,7 @@ on_both_backends!(
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
     progress_points_page_in_order_and_thinning_keeps_the_extremes,
+    log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
 );
 
 #[tokio::test]
@@ -1135,4 +1136,103 @@ async fn progress_points_page_in_order_and_thinning_keeps_the_extremes(store: St
         1,
         "other tasks keep theirs"
     );
+}
+
+async fn log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest(store: Store) {
+    use crate::logs::bound::{KEEP_LINES, MAX_LINES};
+    use trainyard_proto::messages::LogStream;
+    let ids = submit(&store, vec![new_task("logs", 0)]).await;
+    let task = ids[0];
+    let line = |task, attempt, n: usize| NewLogLine {
+        task,
+        attempt,
+        stream: if n.is_multiple_of(2) {
+            LogStream::Stdout
+        } else {
+            LogStream::Stderr
+        },
+        at_ms: NOW + n as i64,
+        text: format!("line {n}\0"),
+    };
+    let first: Vec<_> = (0..5).map(|n| line(task, 1, n)).collect();
+    // Lines of a task that does not exist are skipped, not an error.
+    let mut batch = first.clone();
+    batch.push(line(task + 1000, 1, 99));
+    store
+        .insert_log_lines(&batch, &[(task, 1, 3), (task + 1000, 1, 4)])
+        .await
+        .unwrap();
+    let all = |attempt| LogRead {
+        attempt,
+        after: None,
+        limit: MAX_LOG_READ,
+    };
+    let read = store.log_lines(task, all(None)).await.unwrap();
+    let texts: Vec<&str> = read.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        [
+            "line 0\u{FFFD}",
+            "line 1\u{FFFD}",
+            "line 2\u{FFFD}",
+            "line 3\u{FFFD}",
+            "line 4\u{FFFD}"
+        ]
+    );
+    assert_eq!(read[1].stream, LogStream::Stderr);
+    assert!(read.windows(2).all(|w| w[0].seq < w[1].seq));
+    let tail = store
+        .log_lines(
+            task,
+            LogRead {
+                limit: 2,
+                ..all(None)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(tail, read[3..]);
+    let after = store
+        .log_lines(
+            task,
+            LogRead {
+                after: Some(read[0].seq),
+                limit: 2,
+                ..all(None)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(after, read[1..3]);
+
+    // A flood in attempt 2: trimmed to the newest, counted dropped.
+    let flood: Vec<_> = (0..=MAX_LINES).map(|n| line(task, 2, n)).collect();
+    store.insert_log_lines(&flood, &[]).await.unwrap();
+    let (lines, _) = store.log_size(task, 2).await.unwrap();
+    assert_eq!(lines, MAX_LINES + 1);
+    let (kept, bytes) = store.trim_log(task, 2).await.unwrap();
+    assert_eq!(kept, KEEP_LINES);
+    assert_eq!(store.log_size(task, 2).await.unwrap(), (kept, bytes));
+    let newest = store.log_lines(task, all(Some(2))).await.unwrap();
+    assert_eq!(newest.len(), KEEP_LINES);
+    assert_eq!(
+        newest.last().unwrap().text,
+        format!("line {MAX_LINES}\u{FFFD}")
+    );
+    assert_eq!(store.log_lines(task, all(Some(1))).await.unwrap(), read);
+    let drops = store.log_drops(task, None).await.unwrap();
+    assert_eq!(
+        drops,
+        [
+            LogDrops {
+                attempt: 1,
+                dropped: 3
+            },
+            LogDrops {
+                attempt: 2,
+                dropped: (MAX_LINES + 1 - KEEP_LINES) as u64
+            },
+        ]
+    );
+    assert_eq!(store.log_drops(task, Some(1)).await.unwrap(), drops[..1]);
 }
