@@ -1,8 +1,9 @@
 //! The web dashboard in a real browser: headless Chromium, driven through
 //! WebDriver (chromedriver) by fantoccini, against a real master, host,
 //! Redis and database. The task list shows the submitted tasks, a running
-//! task's curve gains points from the event stream without a reload, and
-//! the cancel button, given the API token, cancels the task (checked
+//! task's curve gains points from the event stream without a reload, its
+//! log tail shows the trainer's lines, and the cancel button, given the
+//! API token, cancels the task (checked
 //! through the API). Screenshots of every view are saved under
 //! `target/dashboard-screenshots/` for a person to look at.
 //!
@@ -259,6 +260,14 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
         &b,
         "document.querySelector('#chart-metric-epsilon')?.getAttribute('data-points') > 0",
         "the epsilon curve",
+    )
+    .await;
+    // The log tail shows the trainer's own lines as it prints them.
+    wait_js(
+        &b,
+        "document.querySelector('#log-tail')?.getAttribute('data-lines') > 0 \
+         && document.querySelector('#log-tail').textContent.includes('\"episode\"')",
+        "the trainer's lines in the log tail",
     )
     .await;
     screenshot(&b, "task-running").await;

@@ -1,7 +1,7 @@
 //! The master's HTTP API (JSON): tasks, hosts, the live event stream and
-//! health, and the web dashboard that reads them. Mutating endpoints need the bearer token; bad requests get a 4xx
-//! with a JSON error and store nothing. Served over HTTPS when the master
-//! has a certificate ([`tls`]).
+//! health, and the web dashboard that reads them. Mutating endpoints need
+//! the bearer token; bad requests get a 4xx with a JSON error and store
+//! nothing. Served over HTTPS when the master has a certificate ([`tls`]).
 //!
 //! | method | path | |
 //! | --- | --- | --- |
