@@ -431,7 +431,7 @@ function logTail(ctx, id, liveTask) {
     seen.add(k);
     const stick = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
     box.append(el("div", { class: l.stream },
-      el("span", { class: "meta" }, `#${l.attempt} ${new Date(l.at_ms).toLocaleTimeString()}`), l.text));
+      el("span", { class: "meta" }, `#${l.attempt} ${new Date(l.at_ms).toLocaleTimeString([], { hour12: false })}`), l.text));
     while (box.childElementCount > LOG_KEEP) box.firstChild.remove();
     count++;
     box.setAttribute("data-lines", String(count));
