@@ -8,9 +8,10 @@
 //!    against the operator's policy, write its files.
 //! 4. Launch the trainer under its supervisor; feed each stdout line to the
 //!    adapter; capture stdout, stderr and the adapter's records for the
-//!    master ([`crate::logs`]); forward progress (throttled) and checkpoints (at once); pass
-//!    each renewed lease deadline to the supervisor; stop the trainer on
-//!    cancel, on a stop order, on a lost lease or past its time limit.
+//!    master ([`crate::logs`]); forward progress (throttled) and checkpoints
+//!    (at once); pass each renewed lease deadline to the supervisor; stop
+//!    the trainer on cancel, on a stop order, on a lost lease or past its
+//!    time limit.
 //! 5. Ask the adapter for the result, unless the host itself ended the run.
 //! 6. Release the lease and store the report in one atomic step; hand the
 //!    report to the agent, which sends it until the master acknowledges it.

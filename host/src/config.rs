@@ -58,7 +58,8 @@ pub struct HostConfig {
     pub trainer_env: Vec<(String, String)>,
     /// Largest checkpoint file the host captures and ships to the master.
     pub max_checkpoint_bytes: u64,
-    /// Longest trainer output line handed to the adapter.
+    /// Longest trainer output line handed to the adapter; stderr is cut into
+    /// captured lines of this length too.
     pub max_line_bytes: usize,
     /// How much of the end of a trainer's stderr is kept.
     pub stderr_tail_bytes: usize,

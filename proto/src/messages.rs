@@ -156,6 +156,11 @@ pub const MAX_LOG_BATCH: usize = 256;
 /// goes, alone).
 pub const MAX_LOG_BATCH_BYTES: usize = 64 << 10;
 
+/// Longest captured line: a host cuts longer ones before shipping them
+/// (whatever `host.max_line_bytes` allows the adapter), and the master
+/// cuts any longer one it receives.
+pub const MAX_LOG_LINE_BYTES: usize = 64 << 10;
+
 /// Where a captured log line came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -20,7 +20,7 @@ use pending::Pending;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use trainyard_proto::messages::{LogBatch, LogLine, LogStream, MAX_LOG_BATCH};
+use trainyard_proto::messages::{LogBatch, LogLine, LogStream, MAX_LOG_BATCH, MAX_LOG_LINE_BYTES};
 use trainyard_proto::{now_ms, AttemptRef};
 
 /// How often the connection ships a batch of each attempt's lines.
@@ -57,8 +57,13 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Adds one line (already cut to its length bound by whoever read it).
-    pub fn push(&self, stream: LogStream, text: String) {
+    /// Adds one line, cut to [`MAX_LOG_LINE_BYTES`].
+    pub fn push(&self, stream: LogStream, mut text: String) {
+        if text.len() > MAX_LOG_LINE_BYTES {
+            let end =
+                crate::process::wire::truncate_at_char_boundary(&text, MAX_LOG_LINE_BYTES).len();
+            text.truncate(end);
+        }
         let line = LogLine {
             stream,
             at_ms: now_ms(),
@@ -175,6 +180,17 @@ mod tests {
         assert!(book.lock().attempts.is_empty());
         w.push(LogStream::Stdout, "after it was forgotten".into());
         assert!(book.take_due().is_empty());
+    }
+
+    #[test]
+    fn a_line_longer_than_the_wire_allows_is_cut() {
+        let book = Arc::new(LogBook::default());
+        let a = AttemptRef::new(1, 1);
+        let w = book.writer(a);
+        w.push(LogStream::Stdout, "é".repeat(MAX_LOG_LINE_BYTES));
+        let text = &book.take_all(a)[0].lines[0].text;
+        assert!(text.len() <= MAX_LOG_LINE_BYTES);
+        assert!(text.chars().all(|c| c == 'é'));
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub const KEEP_LINES: usize = MAX_LINES / 4 * 3;
 pub const KEEP_BYTES: usize = MAX_BYTES / 4 * 3;
 
 /// Longest line stored; a host sends none longer, and a longer one is cut.
-pub const MAX_LINE_BYTES: usize = 64 << 10;
+pub const MAX_LINE_BYTES: usize = trainyard_proto::messages::MAX_LOG_LINE_BYTES;
 
 /// A stored line as trimming sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
