@@ -9,7 +9,7 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build release install adapters prerequisites browser fmt clippy clean
+.PHONY: demo test bench build release install adapters prerequisites browser python-tools fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
@@ -29,6 +29,18 @@ browser:
 	  fi; \
 	fi
 
+# Python tools the build and the tests use (uv builds trainers' Python
+# environments), in a virtual environment of their own under target/ so that
+# nothing is installed into the machine's Python.
+PYTHON_TOOLS := target/python-tools
+UV_VERSION := 0.13.9
+UV := $(PYTHON_TOOLS)/bin/uv
+python-tools: $(UV)
+$(UV):
+	@python3 -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv not available: install the Debian package python3-venv"; exit 1; }
+	@[ -x $(PYTHON_TOOLS)/bin/pip ] || python3 -m venv $(PYTHON_TOOLS) || { rm -rf $(PYTHON_TOOLS); echo "python3 -m venv failed: install the Debian package python3-venv"; exit 1; }
+	$(PYTHON_TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
 adapters: prerequisites
 	@$(MAKE) --no-print-directory -C adapters build
 
@@ -46,7 +58,7 @@ demo: build
 # features the tests unify (the master's fail points among them); building
 # them first with `cargo build` would compile most dependencies twice. The
 # check before it proves builds without the tests have no test machinery.
-test: adapters browser
+test: adapters browser python-tools
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }
