@@ -71,7 +71,7 @@ test: adapters browser python-tools
 
 # Every benchmark at full size, in release mode; the table also goes to
 # target/bench.md. Not a test: figures are reported, never asserted.
-bench: release
+bench: release browser
 	@command -v redis-server >/dev/null || { echo "redis-server not found: install the Debian package redis-server"; exit 1; }
 	$(WITH_POSTGRES) --durable -- ./target/release/trainyard-bench all --markdown target/bench.md
 

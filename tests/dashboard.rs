@@ -18,117 +18,30 @@
 mod common;
 
 use common::{serial, Setup, TestCluster};
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use trainyard_master::model::TaskStatus;
+use trainyard_testkit::browser::{self, Driver};
 
 /// How long anything the page should show may take to appear.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A program on `PATH`, or the test fails naming the package.
-fn program(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{name} not found: the dashboard's browser test needs the Debian packages \
-                 chromium and chromium-driver (apt-get install -y chromium chromium-driver; \
-                 make test installs them when run as root)"
-            )
-        })
-}
-
-/// A chromedriver of our own, stopped with the test.
-struct Driver {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 async fn start_driver() -> Driver {
-    let chromedriver = program("chromedriver");
-    program("chromium");
-    let port = free_port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let driver = Driver {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-    };
-    let until = Instant::now() + PATIENCE;
-    loop {
-        let ready = reqwest::get(format!("{}/status", driver.url))
-            .await
-            .ok()
-            .filter(|r| r.status().is_success());
-        if ready.is_some() {
-            return driver;
-        }
-        assert!(Instant::now() < until, "chromedriver did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    Driver::start().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn browser(driver: &Driver) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": program("chromium"),
-            // Root in a container: Chromium's own sandbox cannot start.
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1400,1100"],
-        }),
-    );
-    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a headless Chromium session")
+    driver.session().await.unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Polls `script` (a JavaScript expression) until it gives something other
 /// than null, false or 0.
 async fn wait_js(c: &Client, script: &str, what: &str) -> Value {
-    let until = Instant::now() + PATIENCE;
-    loop {
-        let v = c
-            .execute(&format!("return ({script});"), vec![])
-            .await
-            .expect("script");
-        if !(v.is_null() || v == json!(false) || v == json!(0)) {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
-            "{what}: still {v} after {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    browser::wait_js(c, script, what, PATIENCE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn screenshots() -> PathBuf {

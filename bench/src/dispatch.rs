@@ -1,7 +1,10 @@
 //! Benchmarks 1 and 2: tasks through the whole path — submit, queue,
 //! dispatch, lease write, adapter, report, lease clear, database — with the
 //! `noop` adapter, whose task does no work (or, for `spawn`, launches
-//! `true`, the process spawn every real trainer pays).
+//! `true`, the process spawn every real trainer pays). `spawn` then runs
+//! the same load once more with `seq 20` per task: twenty progress events
+//! and twenty captured log lines each, recorded by the master, and reports
+//! what watching trainers costs the dispatch rate (target: under 10 %).
 //!
 //! Each backend gets a fresh master, Redis and database, and a fleet of
 //! light hosts. Three phases:
@@ -41,16 +44,86 @@ const SUBMITTERS: usize = 4;
 /// How often the half-load phase submits.
 const PACE: Duration = Duration::from_millis(10);
 
-pub async fn run(env: &BenchEnv, backends: Backends, spawn: bool) -> anyhow::Result<Vec<Row>> {
+/// Lines of output (progress events and log lines) per task when the
+/// benchmark measures what watching trainers costs.
+const WATCHED_LINES: u32 = 20;
+/// The share of the spawn rate watching may cost.
+const WATCHING_BUDGET: f64 = 0.10;
+
+/// What each task does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Nothing: no process.
+    Nothing,
+    /// Launches `true`.
+    Spawn,
+    /// Launches `seq N`: N progress events and N log lines.
+    Lines(u32),
+}
+
+impl Work {
+    fn params(self) -> serde_json::Value {
+        match self {
+            Work::Nothing => json!({ "spawn": false }),
+            Work::Spawn => json!({ "spawn": true }),
+            Work::Lines(n) => json!({ "lines": n }),
+        }
+    }
+
+    fn programs(self) -> Vec<String> {
+        match self {
+            Work::Nothing => vec![],
+            Work::Spawn => vec!["true".into()],
+            Work::Lines(_) => vec!["seq".into()],
+        }
+    }
+}
+
+pub async fn run(env: &BenchEnv, backends: Backends, work: Work) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![];
-    let bench = if spawn { "spawn" } else { "dispatch" };
+    let bench = if work == Work::Nothing {
+        "dispatch"
+    } else {
+        "spawn"
+    };
     for backend in backends.list() {
-        match one_backend(env, backend, spawn, Transport::Plain, false).await {
-            Ok((r, _)) => rows.extend(r),
+        match one_backend(env, backend, work, Transport::Plain, false).await {
+            Ok((r, rate)) => {
+                rows.extend(r);
+                if work == Work::Spawn {
+                    rows.extend(watched(env, backend, rate).await);
+                }
+            }
             Err(e) => rows.push(Row::failed(bench, format!("run on {backend}"), &e)),
         }
     }
     Ok(rows)
+}
+
+/// The spawn load again with [`WATCHED_LINES`] lines of progress and logs
+/// per task, next to the plain spawn rate.
+async fn watched(env: &BenchEnv, backend: &str, spawn_rate: f64) -> Vec<Row> {
+    let work = Work::Lines(WATCHED_LINES);
+    match one_backend(env, backend, work, Transport::Plain, false).await {
+        Ok((run, rate)) => {
+            let mut rows: Vec<Row> = run
+                .into_iter()
+                .filter(|r| {
+                    r.measure.starts_with("throughput") || r.measure.starts_with("CPU per task")
+                })
+                .collect();
+            let ratio = rate / spawn_rate.max(1.0);
+            rows.push(Row::checked(
+                "visibility",
+                format!("dispatch rate with {WATCHED_LINES} progress events and log lines per task / without ({backend})"),
+                format!("{ratio:.2} ({:+.0} %)", (ratio - 1.0) * 100.0),
+                format!(">= {:.2}", 1.0 - WATCHING_BUDGET),
+                ratio >= 1.0 - WATCHING_BUDGET,
+            ));
+            rows
+        }
+        Err(e) => vec![Row::failed("visibility", format!("run on {backend}"), &e)],
+    }
 }
 
 /// What hosts and the API client reach the master over.
@@ -79,7 +152,7 @@ pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![];
     let mut rates = vec![];
     for transport in [Transport::Plain, Transport::Tls, Transport::MutualTls] {
-        let (run, rate) = one_backend(env, "sqlite", false, transport, true).await?;
+        let (run, rate) = one_backend(env, "sqlite", Work::Nothing, transport, true).await?;
         // Setup once; then what each transport changes: throughput and the
         // CPU it costs per task.
         rows.extend(run.into_iter().filter(|r| {
@@ -151,18 +224,20 @@ type Sent = HashMap<u64, i64>;
 async fn one_backend(
     env: &BenchEnv,
     backend: &str,
-    spawn: bool,
+    work: Work,
     transport: Transport,
     tls_comparison: bool,
 ) -> anyhow::Result<(Vec<Row>, f64)> {
     // Names the rows and the run directory.
-    let bench = match (spawn, transport) {
-        (true, _) => "spawn",
-        (false, Transport::Plain) if !tls_comparison => "dispatch",
-        (false, Transport::Plain) => "tls-off",
-        (false, Transport::Tls) => "tls",
-        (false, Transport::MutualTls) => "mtls",
+    let bench = match (work, transport) {
+        (Work::Spawn, _) => "spawn",
+        (Work::Lines(_), _) => "visibility",
+        (Work::Nothing, Transport::Plain) if !tls_comparison => "dispatch",
+        (Work::Nothing, Transport::Plain) => "tls-off",
+        (Work::Nothing, Transport::Tls) => "tls",
+        (Work::Nothing, Transport::MutualTls) => "mtls",
     };
+    let spawn = work != Work::Nothing;
     let tasks: usize = env.size(10_000, 60);
     let (hosts, slots) = env.size((16, 32), (2, 4));
     let mut stage = env.stage(bench, backend).await?;
@@ -177,11 +252,7 @@ async fn one_backend(
         .cluster
         .wait_for_master(Duration::from_secs(30))
         .await?;
-    let programs = if spawn {
-        vec!["true".to_string()]
-    } else {
-        vec![]
-    };
+    let programs = work.programs();
     let fleet = Fleet::start(
         &stage.cluster,
         &FleetSpec {
@@ -196,7 +267,7 @@ async fn one_backend(
         .cluster
         .wait_for_hosts(&client, hosts, Duration::from_secs(60))
         .await?;
-    let params = json!({ "spawn": spawn });
+    let params = work.params();
 
     // 1. Warm-up.
     let warm = env.size(1_000, 10);
@@ -280,6 +351,10 @@ async fn one_backend(
     let (half_p50, half_p99) = median_p99(&mut lat).unwrap_or_default();
 
     let peaks = master.pid().and_then(super::probe::rss_bytes);
+    if let Work::Lines(n) = work {
+        let last = *paced.keys().max().context("nothing paced")?;
+        check_watched(&client, last, n).await?;
+    }
     fleet.shutdown().await;
     master.stop(Duration::from_secs(10));
 
@@ -296,10 +371,10 @@ async fn one_backend(
     }
 
     let label = format!("{backend}{}", transport.label());
-    let what = if spawn {
-        "`true` per task"
-    } else {
-        "no-work tasks"
+    let what = match work {
+        Work::Nothing => "no-work tasks".to_string(),
+        Work::Spawn => "`true` per task".to_string(),
+        Work::Lines(n) => format!("`seq {n}` per task"),
     };
     let slots_total = hosts as u32 * slots;
     let mut rows = vec![Row::info(
@@ -401,6 +476,30 @@ async fn submit(
         sent.insert(id, at);
     }
     Ok(())
+}
+
+/// The task's `n` lines reached the master as progress points and log
+/// lines (they may arrive just after the report: waited for briefly), so
+/// the watched run measured what it claims.
+async fn check_watched(client: &ApiClient, id: u64, n: u32) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    let url = format!(
+        "{}/v1/tasks/{id}/progress",
+        client.base_url().trim_end_matches('/')
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let progress: serde_json::Value = http.get(&url).send().await?.json().await?;
+        let points = progress["points"].as_array().map_or(0, Vec::len);
+        let logs = client.logs(id, Default::default()).await?.lines.len();
+        if points == n as usize && logs == n as usize {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("task {id} printed {n} lines; the master holds {points} progress points and {logs} log lines");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The scheduler's turn counter.

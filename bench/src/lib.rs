@@ -18,10 +18,11 @@
 //! - [`report`]: rows, the table, figures.
 //! - [`probe`]: CPU and memory of a process, from `/proc`.
 //! - one module per benchmark: [`dispatch`], [`adapter`], [`recovery`],
-//!   [`storm`], [`sweep`], [`memory`].
+//!   [`storm`], [`sweep`], [`memory`], [`dashboard`].
 
 pub mod adapter;
 pub mod containment;
+pub mod dashboard;
 pub mod dispatch;
 pub mod env;
 pub mod fleet;
@@ -42,7 +43,8 @@ pub enum Bench {
     All,
     /// No-work tasks through the full path: tasks/s and latency.
     Dispatch,
-    /// The same with a process per task (`true`).
+    /// The same with a process per task (`true`), then with 20 lines of
+    /// progress and logs per task: what watching trainers costs.
     Spawn,
     /// Adapter instantiation and calls per task, next to `python3 -c pass`.
     Adapter,
@@ -58,6 +60,8 @@ pub enum Bench {
     Tls,
     /// What containment adds to one attempt, next to `python3 -c pass`.
     Containment,
+    /// The dashboard's first visit with 10,000 tasks, in headless Chromium.
+    Dashboard,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -106,7 +110,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 9] = [
+    let steps: [(Bench, &str); 10] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -116,6 +120,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Memory, "memory"),
         (Bench::Tls, "tls"),
         (Bench::Containment, "containment"),
+        (Bench::Dashboard, "dashboard"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -123,8 +128,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         eprintln!("== {name}");
         let result = match bench {
-            Bench::Dispatch => dispatch::run(&env, args.backends, false).await,
-            Bench::Spawn => dispatch::run(&env, args.backends, true).await,
+            Bench::Dispatch => dispatch::run(&env, args.backends, dispatch::Work::Nothing).await,
+            Bench::Spawn => dispatch::run(&env, args.backends, dispatch::Work::Spawn).await,
             Bench::Adapter => adapter::run(&env).await,
             Bench::Recovery => recovery::run(&env).await,
             Bench::Storm => storm::run(&env).await,
@@ -132,6 +137,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Memory => memory::run(&env).await,
             Bench::Tls => dispatch::run_tls(&env).await,
             Bench::Containment => containment::run(&env).await,
+            Bench::Dashboard => dashboard::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

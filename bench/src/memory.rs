@@ -3,12 +3,12 @@
 //! starts; the trainers' own memory is theirs). A master holding a thousand
 //! light hosts and 100,000 tasks — all queued, the case where the master
 //! keeps every one of them in memory (terminal tasks live only in the
-//! database).
+//! database) — and how long a Prometheus scrape of `/metrics` takes then.
 
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::probe::{children, rss_bytes, Sampler};
-use super::report::{mib, Row};
+use super::report::{human, mib, Row};
 use super::storm::wait_registered;
 use anyhow::Context;
 use serde_json::json;
@@ -77,6 +77,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let with_hosts = rss_bytes(master_pid).unwrap_or_default();
     let master_peak = sampler.finish().rss;
+    let scrape = scrape_metrics(client.base_url(), env.size(20, 3)).await?;
 
     // A real host process, idle and then busy.
     let mut host = c.spawn_host("host-m")?;
@@ -161,5 +162,50 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
             "< 200 MiB",
             master_peak.max(with_hosts) < 200 << 20,
         ),
+        Row::checked(
+            "memory",
+            format!("GET /metrics with {hosts} hosts and {tasks} tasks"),
+            format!(
+                "median {}, worst {} of {} scrapes ({} KiB)",
+                human(scrape.median),
+                human(scrape.worst),
+                scrape.count,
+                scrape.bytes / 1024
+            ),
+            "< 50 ms",
+            scrape.worst < METRICS_SCRAPE_BUDGET,
+        ),
     ])
+}
+
+/// What a Prometheus scrape of the master may take at this size.
+const METRICS_SCRAPE_BUDGET: Duration = Duration::from_millis(50);
+
+/// Timings of `count` scrapes of the master's `/metrics`, one after another.
+struct Scrapes {
+    count: usize,
+    median: Duration,
+    worst: Duration,
+    /// The size of the last exposition.
+    bytes: usize,
+}
+
+async fn scrape_metrics(base_url: &str, count: usize) -> anyhow::Result<Scrapes> {
+    let http = reqwest::Client::new();
+    let url = format!("{}/metrics", base_url.trim_end_matches('/'));
+    let mut took = vec![];
+    let mut bytes = 0;
+    for _ in 0..count {
+        let started = Instant::now();
+        let response = http.get(&url).send().await?.error_for_status()?;
+        bytes = response.bytes().await?.len();
+        took.push(started.elapsed());
+    }
+    took.sort();
+    Ok(Scrapes {
+        count,
+        median: took[took.len() / 2],
+        worst: *took.last().context("no scrape")?,
+        bytes,
+    })
 }

@@ -22,7 +22,15 @@ fn every_benchmark_runs_at_smoke_size() {
         output.status
     );
     for bench in [
-        "dispatch", "spawn", "adapter", "recovery", "storm", "sweep", "memory",
+        "dispatch",
+        "spawn",
+        "visibility",
+        "adapter",
+        "recovery",
+        "storm",
+        "sweep",
+        "memory",
+        "dashboard",
     ] {
         assert!(
             stdout.lines().any(|l| l.contains(&format!(" {bench} "))),

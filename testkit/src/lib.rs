@@ -10,7 +10,11 @@
 //!   is already set; a test that needs it fails with a message saying so when
 //!   it is missing or down.
 //!
+//! - [`browser`]: headless Chromium through WebDriver, for the dashboard.
+//!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
+
+pub mod browser;
 
 use rand::Rng;
 use std::path::{Path, PathBuf};

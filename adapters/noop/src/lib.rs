@@ -1,8 +1,11 @@
-//! The `noop` task adapter: runs nothing, or `true`, and always succeeds.
+//! The `noop` task adapter: runs nothing, or `true`, or `seq N`, and always
+//! succeeds.
 //!
 //! It exists to measure the scheduler's own cost per task (dispatch, leases,
 //! result recording) without a trainer in the way, so every call does as
 //! little as it can: no JSON library, no logging, no state between calls.
+//! With `seq N` each output line is a progress event (and the host captures
+//! it as a log line), which measures what watching a trainer costs.
 //! Params are checked in [`params`].
 
 mod params;
@@ -54,8 +57,8 @@ impl Guest for Noop {
         Ok(launch_plan(params))
     }
 
-    fn on_output(_line: String) -> Option<Progress> {
-        None
+    fn on_output(line: String) -> Option<Progress> {
+        progress(&line)
     }
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
@@ -64,14 +67,32 @@ impl Guest for Noop {
 }
 
 fn launch_plan(params: params::NoopParams) -> LaunchPlan {
+    let command = |program: &str, args: Vec<String>| Command {
+        program: program.to_owned(),
+        args,
+        env: Vec::new(),
+    };
     LaunchPlan {
         files: Vec::new(),
-        command: params.spawn.then(|| Command {
-            program: "true".to_owned(),
-            args: Vec::new(),
-            env: Vec::new(),
-        }),
+        command: match params {
+            params::NoopParams::Idle => None,
+            params::NoopParams::Spawn => Some(command("true", Vec::new())),
+            params::NoopParams::Lines(n) => Some(command("seq", vec![n.to_string()])),
+        },
     }
+}
+
+/// A line of `seq`'s output, `N`: episode N, with return N.
+fn progress(line: &str) -> Option<Progress> {
+    let episode: u64 = line.trim().parse().ok()?;
+    Some(Progress {
+        episode: Some(episode),
+        total_episodes: None,
+        episode_return: Some(episode as f64),
+        metrics: Vec::new(),
+        checkpoint: None,
+        message: None,
+    })
 }
 
 fn outcome(status: &ExitStatus) -> Result<TaskResult, TaskError> {
@@ -90,8 +111,10 @@ fn outcome(status: &ExitStatus) -> Result<TaskResult, TaskError> {
             checkpoint: None,
             summary: None,
         }),
-        ExitStatus::Exited(code) => failure(format!("`true` exited with code {code}")),
-        ExitStatus::Signaled(signal) => failure(format!("`true` was killed by signal {signal}")),
+        ExitStatus::Exited(code) => failure(format!("the command exited with code {code}")),
+        ExitStatus::Signaled(signal) => {
+            failure(format!("the command was killed by signal {signal}"))
+        }
     }
 }
 
@@ -102,15 +125,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spawn_false_runs_nothing_and_spawn_true_runs_true() {
-        let idle = launch_plan(params::NoopParams { spawn: false });
+    fn idle_runs_nothing_spawn_runs_true_and_lines_runs_seq() {
+        let idle = launch_plan(params::NoopParams::Idle);
         assert!(idle.files.is_empty());
         assert!(idle.command.is_none());
 
-        let spawned = launch_plan(params::NoopParams { spawn: true });
+        let spawned = launch_plan(params::NoopParams::Spawn);
         let command = spawned.command.expect("a command");
         assert_eq!(command.program, "true");
         assert!(command.args.is_empty() && command.env.is_empty());
+
+        let lines = launch_plan(params::NoopParams::Lines(20));
+        let command = lines.command.expect("a command");
+        assert_eq!((command.program.as_str(), command.args), ("seq", vec!["20".to_owned()]));
+    }
+
+    #[test]
+    fn each_number_seq_prints_is_an_episode_and_anything_else_is_not() {
+        let p = progress("17").expect("progress");
+        assert_eq!((p.episode, p.episode_return), (Some(17), Some(17.0)));
+        for line in ["", "x", "-1", "1.5", "18446744073709551616"] {
+            assert!(progress(line).is_none(), "{line:?}");
+        }
     }
 
     #[test]
@@ -129,8 +165,8 @@ mod tests {
     #[test]
     fn any_other_exit_is_a_retryable_failure() {
         for (status, message) in [
-            (ExitStatus::Exited(1), "`true` exited with code 1"),
-            (ExitStatus::Signaled(9), "`true` was killed by signal 9"),
+            (ExitStatus::Exited(1), "the command exited with code 1"),
+            (ExitStatus::Signaled(9), "the command was killed by signal 9"),
         ] {
             let err = outcome(&status).map(|_| ()).expect_err(message);
             assert!(err.retryable);

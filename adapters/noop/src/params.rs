@@ -2,41 +2,70 @@
 //!
 //! The no-op adapter sits on the scheduler benchmark's hot path, so it parses
 //! its one optional key without a JSON library. The grammar is exactly
-//! `{}` or `{"spawn": true|false}` with JSON whitespace anywhere between
-//! tokens; anything else (another key, a second key, a string value, an
-//! escape inside the key) is refused, never guessed at.
+//! `{}`, `{"spawn": true|false}` or `{"lines": N}` (N from 1 to
+//! [`MAX_LINES`]) with JSON whitespace anywhere between tokens; anything
+//! else (another key, a second key, a string value, an escape inside the
+//! key) is refused, never guessed at.
 
-/// Whether the attempt should launch `true`, or run nothing at all.
+/// The most output lines a task may ask for.
+pub const MAX_LINES: u32 = 10_000;
+
+/// What an attempt does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NoopParams {
-    pub spawn: bool,
+pub enum NoopParams {
+    /// Runs nothing at all.
+    Idle,
+    /// Launches `true`.
+    Spawn,
+    /// Launches `seq N`: N lines of output, each one a progress event and a
+    /// captured log line — what watching a trainer costs.
+    Lines(u32),
 }
 
 /// Why the params were refused. Never worth a retry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid params: noop accepts only {{}} or {{\"spawn\": true|false}}, got {got}")]
+#[error(
+    "invalid params: noop accepts only {{}}, {{\"spawn\": true|false}} or {{\"lines\": 1..={MAX_LINES}}}, got {got}"
+)]
 pub struct ParamsError {
     got: String,
 }
 
-/// Parses `{}` or `{"spawn": BOOL}`.
+/// Parses `{}`, `{"spawn": BOOL}` or `{"lines": N}`.
 pub fn parse(params: &str) -> Result<NoopParams, ParamsError> {
     parse_tokens(params.as_bytes()).ok_or_else(|| ParamsError { got: shown(params) })
 }
 
 fn parse_tokens(text: &[u8]) -> Option<NoopParams> {
-    let mut rest = eat(text, b"{")?;
+    let rest = eat(text, b"{")?;
     if let Some(after) = eat(rest, b"}") {
-        return at_end(after).then_some(NoopParams { spawn: false });
+        return at_end(after).then_some(NoopParams::Idle);
     }
-    rest = eat(rest, b"\"spawn\"")?;
-    rest = eat(rest, b":")?;
-    let (spawn, after) = match eat(rest, b"true") {
-        Some(after) => (true, after),
-        None => (false, eat(rest, b"false")?),
+    let (params, after) = if let Some(rest) = eat(rest, b"\"spawn\"") {
+        let rest = eat(rest, b":")?;
+        match eat(rest, b"true") {
+            Some(after) => (NoopParams::Spawn, after),
+            None => (NoopParams::Idle, eat(rest, b"false")?),
+        }
+    } else {
+        let rest = eat(eat(rest, b"\"lines\"")?, b":")?;
+        let (lines, after) = number(skip_whitespace(rest))?;
+        (NoopParams::Lines(lines), after)
     };
     let after = eat(after, b"}")?;
-    at_end(after).then_some(NoopParams { spawn })
+    at_end(after).then_some(params)
+}
+
+/// A count from 1 to [`MAX_LINES`] in plain decimal digits, and what follows.
+fn number(text: &[u8]) -> Option<(u32, &[u8])> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 5 || text[0] == b'0' {
+        return None;
+    }
+    let value = text[..digits]
+        .iter()
+        .fold(0u32, |n, d| n * 10 + u32::from(d - b'0'));
+    (value <= MAX_LINES).then_some((value, &text[digits..]))
 }
 
 /// Skips JSON whitespace, then `token`; returns what follows it.
@@ -76,14 +105,16 @@ mod tests {
     #[test]
     fn accepts_the_three_forms_with_any_whitespace() {
         let cases = [
-            ("{}", false),
-            ("  { }\n", false),
-            (r#"{"spawn":true}"#, true),
-            (r#"{"spawn":false}"#, false),
-            ("{\r\n\t\"spawn\" :  true \n}", true),
+            ("{}", NoopParams::Idle),
+            ("  { }\n", NoopParams::Idle),
+            (r#"{"spawn":true}"#, NoopParams::Spawn),
+            (r#"{"spawn":false}"#, NoopParams::Idle),
+            ("{\r\n\t\"spawn\" :  true \n}", NoopParams::Spawn),
+            (r#"{"lines":1}"#, NoopParams::Lines(1)),
+            (r#"{ "lines" : 10000 }"#, NoopParams::Lines(10_000)),
         ];
-        for (text, spawn) in cases {
-            assert_eq!(parse(text), Ok(NoopParams { spawn }), "{text:?}");
+        for (text, want) in cases {
+            assert_eq!(parse(text), Ok(want), "{text:?}");
         }
     }
 
@@ -103,13 +134,21 @@ mod tests {
             r#"{"spawn":true} {}"#,
             r#"{"episodes":10}"#,
             r#"{"Spawn":true}"#,
+            r#"{"lines":0}"#,
+            r#"{"lines":010}"#,
+            r#"{"lines":10001}"#,
+            r#"{"lines":999999}"#,
+            r#"{"lines":-1}"#,
+            r#"{"lines":1.5}"#,
+            r#"{"lines":"5"}"#,
+            r#"{"lines":5,"spawn":true}"#,
         ];
         for text in cases {
             let err = parse(text).expect_err(text);
             assert_eq!(
                 err.to_string(),
                 format!(
-                    r#"invalid params: noop accepts only {{}} or {{"spawn": true|false}}, got {text}"#
+                    r#"invalid params: noop accepts only {{}}, {{"spawn": true|false}} or {{"lines": 1..=10000}}, got {text}"#
                 )
             );
         }
