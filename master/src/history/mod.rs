@@ -117,16 +117,23 @@ impl Recorder {
         for p in points {
             *added.entry(p.task).or_default() += 1;
         }
+        // Tasks seen for the first time are counted in one statement.
+        let unknown: Vec<TaskId> = added
+            .keys()
+            .filter(|t| !self.counts.contains_key(t))
+            .copied()
+            .collect();
+        let stored = match self.store.point_counts(&unknown).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count progress points");
+                return;
+            }
+        };
         for (task, n) in added {
             let count = match self.counts.get(&task) {
                 Some(c) => c + n,
-                None => match self.store.point_count(task).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(task, error = %e, "cannot count progress points");
-                        continue;
-                    }
-                },
+                None => stored.get(&task).copied().unwrap_or(n),
             };
             let count = if bound::over(count) {
                 match self.store.thin_points(task).await {

@@ -220,16 +220,23 @@ impl Recorder {
         if self.sizes.len() > REMEMBERED {
             self.sizes.clear();
         }
+        // Attempts seen for the first time are measured in one statement.
+        let unknown: Vec<AttemptKey> = added
+            .keys()
+            .filter(|k| !self.sizes.contains_key(k))
+            .copied()
+            .collect();
+        let stored = match self.store.log_sizes(&unknown).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot measure log lines");
+                return;
+            }
+        };
         for (key, (n, b)) in added {
             let size = match self.sizes.get(&key) {
                 Some(&(ln, lb)) => (ln + n, lb + b),
-                None => match self.store.log_size(key.0, key.1).await {
-                    Ok(size) => size,
-                    Err(e) => {
-                        tracing::warn!(task = key.0, error = %e, "cannot measure log lines");
-                        continue;
-                    }
-                },
+                None => stored.get(&key).copied().unwrap_or((n, b)),
             };
             let size = if bound::over(size.0, size.1) {
                 match self.store.trim_log(key.0, key.1).await {

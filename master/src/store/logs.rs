@@ -8,6 +8,7 @@ use super::{Result, Store, StoreError};
 use crate::logs::bound::{self, Sized};
 use serde::Serialize;
 use sqlx::Row;
+use std::collections::HashMap;
 use trainyard_proto::messages::LogStream;
 use trainyard_proto::TaskId;
 
@@ -59,6 +60,13 @@ const INSERT: &str =
     INSERT INTO log_lines (task_id, attempt, stream, at_ms, text, bytes) \
     SELECT v_task, v_attempt, v_stream, v_at, v_text, v_bytes FROM v \
     WHERE EXISTS (SELECT 1 FROM tasks WHERE tasks.id = v_task) ORDER BY v_n";
+
+const SIZES: &str = "WITH v(v_task, v_attempt) AS (VALUES {values}) \
+    SELECT v_task, v_attempt, \
+    (SELECT COUNT(*) FROM log_lines WHERE task_id = v_task AND attempt = v_attempt), \
+    (SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM log_lines \
+     WHERE task_id = v_task AND attempt = v_attempt) \
+    FROM v WHERE v_task IS NOT NULL";
 
 const ADD_DROPS: &str = "INSERT INTO log_drops (task_id, attempt, dropped) \
     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM tasks WHERE id = $4) \
@@ -119,24 +127,54 @@ impl Store {
         tx.commit().await.map_err(StoreError::db(what))
     }
 
-    /// How many lines and bytes `task`'s `attempt` keeps.
+    /// How many lines and bytes `attempt` of `task` holds.
     pub async fn log_size(&self, task: TaskId, attempt: u32) -> Result<(usize, usize)> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS b FROM log_lines \
-             WHERE task_id = $1 AND attempt = $2",
+        Ok(self
+            .log_sizes(&[(task, attempt)])
+            .await?
+            .get(&(task, attempt))
+            .copied()
+            .unwrap_or_default())
+    }
+
+    /// How many lines and bytes each of these attempts (task, attempt)
+    /// holds, many attempts per statement.
+    pub async fn log_sizes(
+        &self,
+        attempts: &[(TaskId, u32)],
+    ) -> Result<HashMap<(TaskId, u32), (usize, usize)>> {
+        let what = "measure log lines";
+        let rows: Vec<Vec<Param<'_>>> = attempts
+            .iter()
+            .map(|&(task, attempt)| vec![Param::int(id(task)), Param::int(attempt)])
+            .collect();
+        if rows.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut conn = self.pool.acquire().await.map_err(StoreError::db(what))?;
+        let found = values::run(
+            &mut conn,
+            self.backend,
+            SIZES,
+            &[Col::Int, Col::Int],
+            &rows,
+            None,
         )
-        .bind(id(task))
-        .bind(i64::from(attempt))
-        .fetch_one(&self.pool)
         .await
-        .map_err(StoreError::db("measure log lines"))?;
-        let n: i64 = row
-            .try_get("n")
-            .map_err(StoreError::db("measure log lines"))?;
-        let b: i64 = row
-            .try_get("b")
-            .map_err(StoreError::db("measure log lines"))?;
-        Ok((count(n), count(b)))
+        .map_err(StoreError::db(what))?;
+        found
+            .iter()
+            .map(|r| {
+                let (task, attempt): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+                let (n, b): (i64, i64) = (r.try_get(2)?, r.try_get(3)?);
+                let key = (
+                    TaskId::try_from(task).unwrap_or_default(),
+                    u32::try_from(attempt).unwrap_or_default(),
+                );
+                Ok((key, (count(n), count(b))))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(StoreError::db(what))
     }
 
     /// Deletes `attempt`'s oldest lines past the bound and counts them

@@ -2,11 +2,13 @@
 //! ([`crate::history`]), thinned past its bound, read by
 //! `GET /v1/tasks/{id}/progress`.
 
+use super::values::{self, Col, Param};
 use super::{Result, Store, StoreError};
 use crate::history::bound::Stored;
 use crate::model::Metrics;
 use serde::Serialize;
 use sqlx::Row;
+use std::collections::HashMap;
 use trainyard_proto::TaskId;
 
 /// One stored progress point.
@@ -35,42 +37,101 @@ pub struct NewPoint {
 /// Most points one read returns.
 pub const MAX_READ: u32 = 10_000;
 
-const INSERT: &str = "INSERT INTO progress_points \
-    (task_id, attempt, episode, episode_return, metrics, at_ms) VALUES ($1, $2, $3, $4, $5, $6)";
+// Ordered by `v_n`, so ids follow the batch's order on both backends;
+// padding rows (NULL task) are skipped. A return is stored only where
+// `v_has_return` is 1 (a `Col::Real` is never bound NULL).
+const INSERT: &str = "WITH v(v_n, v_task, v_attempt, v_episode, v_has_return, v_return, \
+    v_metrics, v_at) AS (VALUES {values}) \
+    INSERT INTO progress_points (task_id, attempt, episode, episode_return, metrics, at_ms) \
+    SELECT v_task, v_attempt, v_episode, CASE WHEN v_has_return = 1 THEN v_return END, \
+    v_metrics, v_at FROM v WHERE v_task IS NOT NULL ORDER BY v_n";
+const COUNT: &str = "WITH v(v_task) AS (VALUES {values}) \
+    SELECT v_task, (SELECT COUNT(*) FROM progress_points WHERE task_id = v_task) FROM v \
+    WHERE v_task IS NOT NULL";
+const INSERT_COLS: [Col; 8] = [
+    Col::Int,
+    Col::Int,
+    Col::Int,
+    Col::Int,
+    Col::Int,
+    Col::Real,
+    Col::Text,
+    Col::Int,
+];
 
 fn id(task: TaskId) -> i64 {
     i64::try_from(task).unwrap_or(i64::MAX)
 }
 
 impl Store {
-    /// Stores `points` in one transaction.
+    /// Stores `points` in one transaction, many rows per statement.
     pub async fn insert_points(&self, points: &[NewPoint]) -> Result<()> {
         let what = "store progress points";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
-        for p in points {
-            let metrics = serde_json::to_string(&p.metrics).unwrap_or_else(|_| "{}".into());
-            sqlx::query(INSERT)
-                .bind(id(p.task))
-                .bind(i64::from(p.attempt))
-                .bind(p.episode.and_then(|e| i64::try_from(e).ok()))
-                .bind(p.episode_return.filter(|r| r.is_finite()))
-                .bind(metrics)
-                .bind(p.at_ms)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::db(what))?;
+        let metrics: Vec<String> = points
+            .iter()
+            .map(|p| serde_json::to_string(&p.metrics).unwrap_or_else(|_| "{}".into()))
+            .collect();
+        let rows: Vec<Vec<Param<'_>>> = points
+            .iter()
+            .zip(&metrics)
+            .enumerate()
+            .map(|(n, (p, metrics))| {
+                let episode_return = p.episode_return.filter(|r| r.is_finite());
+                vec![
+                    Param::int(n as i64),
+                    Param::int(id(p.task)),
+                    Param::int(p.attempt),
+                    Param::Int(p.episode.and_then(|e| i64::try_from(e).ok())),
+                    Param::int(i64::from(episode_return.is_some())),
+                    Param::Real(episode_return.unwrap_or(0.0)),
+                    Param::text(metrics),
+                    Param::int(p.at_ms),
+                ]
+            })
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
         }
+        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
+        values::run(&mut tx, self.backend, INSERT, &INSERT_COLS, &rows, None)
+            .await
+            .map_err(StoreError::db(what))?;
         tx.commit().await.map_err(StoreError::db(what))
     }
 
     /// How many points `task` has.
     pub async fn point_count(&self, task: TaskId) -> Result<usize> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM progress_points WHERE task_id = $1")
-            .bind(id(task))
-            .fetch_one(&self.pool)
+        Ok(self
+            .point_counts(&[task])
+            .await?
+            .get(&task)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// How many points each of `tasks` has, many tasks per statement.
+    pub async fn point_counts(&self, tasks: &[TaskId]) -> Result<HashMap<TaskId, usize>> {
+        let what = "count progress points";
+        let rows: Vec<Vec<Param<'_>>> = tasks.iter().map(|t| vec![Param::int(id(*t))]).collect();
+        if rows.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut conn = self.pool.acquire().await.map_err(StoreError::db(what))?;
+        let found = values::run(&mut conn, self.backend, COUNT, &[Col::Int], &rows, None)
             .await
-            .map_err(StoreError::db("count progress points"))?;
-        Ok(usize::try_from(n).unwrap_or(0))
+            .map_err(StoreError::db(what))?;
+        found
+            .iter()
+            .map(|r| {
+                let task: i64 = r.try_get(0)?;
+                let n: i64 = r.try_get(1)?;
+                Ok((
+                    TaskId::try_from(task).unwrap_or_default(),
+                    usize::try_from(n).unwrap_or(0),
+                ))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(StoreError::db(what))
     }
 
     /// Thins `task`'s history (see [`crate::history::bound`]); returns how

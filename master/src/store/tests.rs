@@ -61,6 +61,7 @@ on_both_backends!(
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
     progress_points_page_in_order_and_thinning_keeps_the_extremes,
+    progress_points_without_a_return_do_not_spoil_later_batches,
     log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
 );
 
@@ -1136,6 +1137,41 @@ async fn progress_points_page_in_order_and_thinning_keeps_the_extremes(store: St
         1,
         "other tasks keep theirs"
     );
+}
+
+/// Batches whose points have no return (stored NULL), padded, then batches
+/// of the same statement shapes with returns where padding was before:
+/// every point is stored as sent.
+async fn progress_points_without_a_return_do_not_spoil_later_batches(store: Store) {
+    let task = submit(&store, vec![new_task("nulls", 0)]).await[0];
+    let point = |episode: u64, ret: Option<f64>| crate::store::NewPoint {
+        task,
+        attempt: 1,
+        episode: Some(episode),
+        episode_return: ret,
+        metrics: Default::default(),
+        at_ms: NOW + episode as i64,
+    };
+    let mut sent = vec![];
+    for (batch, size) in [(0u64, 3u64), (1, 3), (2, 300), (3, 1000)] {
+        let points: Vec<_> = (0..size)
+            .map(|i| {
+                let episode = batch * 1000 + i + 1;
+                point(episode, (batch % 2 == 1).then_some(episode as f64 + 0.5))
+            })
+            .collect();
+        store.insert_points(&points).await.unwrap();
+        sent.extend(points.into_iter().map(|p| (p.episode, p.episode_return)));
+    }
+    let stored: Vec<_> = store
+        .points(task, 0, 5000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.episode, p.episode_return))
+        .collect();
+    assert_eq!(stored, sent);
+    assert_eq!(store.point_count(task).await.unwrap(), sent.len());
 }
 
 async fn log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest(store: Store) {

@@ -30,6 +30,11 @@ const SQLITE_MAX_PARAMS: usize = 32_766;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Col {
     Int,
+    /// Never NULL: sqlx's `Any` driver binds a NULL `f64` to PostgreSQL as
+    /// a `real` (4 bytes), and a statement prepared with one then refuses
+    /// every 8-byte value bound there later. Padding rows bind 0; a column
+    /// that may be missing carries a NULL-able flag beside it.
+    Real,
     Text,
     Blob,
 }
@@ -38,6 +43,7 @@ pub(super) enum Col {
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Param<'a> {
     Int(Option<i64>),
+    Real(f64),
     Text(Option<Cow<'a, str>>),
     Blob(Option<Cow<'a, [u8]>>),
 }
@@ -177,6 +183,7 @@ pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyA
 pub(super) fn bind<'q>(query: AnyQuery<'q>, param: &'q Param<'_>) -> AnyQuery<'q> {
     match param {
         Param::Int(v) => query.bind(*v),
+        Param::Real(v) => query.bind(*v),
         Param::Text(v) => query.bind(v.as_deref()),
         Param::Blob(v) => query.bind(v.as_deref()),
     }
@@ -185,6 +192,7 @@ pub(super) fn bind<'q>(query: AnyQuery<'q>, param: &'q Param<'_>) -> AnyQuery<'q
 fn bind_null(query: AnyQuery<'_>, col: Col) -> AnyQuery<'_> {
     match col {
         Col::Int => query.bind(None::<i64>),
+        Col::Real => query.bind(0.0f64),
         Col::Text => query.bind(None::<String>),
         Col::Blob => query.bind(None::<Vec<u8>>),
     }
