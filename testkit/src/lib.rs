@@ -10,6 +10,9 @@
 //!   is already set; a test that needs it fails with a message saying so when
 //!   it is missing or down.
 //!
+//! - [`python_env`]: a Python virtual environment built with uv, for
+//!   trainers that import libraries.
+//!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
 use rand::Rng;
@@ -200,4 +203,49 @@ mod tests {
         assert_eq!(server.port(), port);
         assert!(wait_for_port(port, Duration::from_secs(1)).is_some());
     }
+}
+
+/// A Python virtual environment at `dest`, built by the workspace's uv
+/// (`make python-tools` installs it) from the interpreter `python` with the
+/// packages of the `requirements` file, for tests whose trainers import
+/// libraries. Returns `dest`. A missing uv or a failed build panics with
+/// what to do and the installer's own message.
+pub fn python_env(python: &Path, requirements: &Path, dest: &Path) -> PathBuf {
+    let uv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-tools/bin/uv");
+    assert!(
+        uv.exists(),
+        "{} is missing: run `make python-tools` (make test does)",
+        uv.display()
+    );
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(&uv)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", uv.display()));
+        assert!(
+            out.status.success(),
+            "uv {:?} failed ({}): {}",
+            args,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "venv".as_ref(),
+        "--quiet".as_ref(),
+        "--python".as_ref(),
+        python.as_os_str(),
+        dest.as_os_str(),
+    ]);
+    let interpreter = dest.join("bin/python");
+    run(&[
+        "pip".as_ref(),
+        "install".as_ref(),
+        "--quiet".as_ref(),
+        "--python".as_ref(),
+        interpreter.as_os_str(),
+        "-r".as_ref(),
+        requirements.as_os_str(),
+    ]);
+    dest.to_path_buf()
 }
