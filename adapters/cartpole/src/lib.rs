@@ -39,7 +39,7 @@ pub const REQUIREMENTS: &str = include_str!("../requirements.txt");
 /// What the trainer's `result.json` holds.
 pub const CARTPOLE_RESULT: ResultShape = ResultShape {
     required: &["mean_return", "best_return", "eval_episodes", "episodes"],
-    summary: summary,
+    summary,
 };
 
 fn summary(fields: &Map<String, Value>) -> String {
