@@ -38,9 +38,9 @@ class Workdir:
         with open(self.file(name), encoding="utf-8") as f:
             return json.load(f)
 
-    def run(self, *extra_args):
+    def run(self, *extra_args, python=(sys.executable,)):
         proc = subprocess.run(
-            [sys.executable, "-u", TRAINER, "--config", "params.json", *extra_args],
+            [*python, "-u", TRAINER, "--config", "params.json", *extra_args],
             cwd=self.path,
             capture_output=True,
             text=True,
@@ -165,6 +165,14 @@ class TrainerTest(unittest.TestCase):
         proc, _ = work.run("--resume", "checkpoint.json")
         self.assertEqual(proc.returncode, 2)
         self.assertIn("cannot resume from checkpoint.json", proc.stderr)
+
+    def test_an_interpreter_without_the_libraries_exits_1_naming_them(self):
+        work = Workdir(self)
+        # -S leaves site-packages out, as a python3 without the packages would.
+        proc, lines = work.run(python=(sys.executable, "-S"))
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("this trainer needs numpy and gymnasium", proc.stderr)
+        self.assertEqual(lines, [])
 
 
 if __name__ == "__main__":

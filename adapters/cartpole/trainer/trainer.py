@@ -45,10 +45,18 @@ import json
 import os
 import sys
 
-import gymnasium as gym
-import numpy as np
-
 EXIT_INVALID_CONFIG = 2
+EXIT_MISSING_LIBRARY = 1
+
+try:
+    import gymnasium as gym
+    import numpy as np
+except ImportError as e:
+    # Another host's python3 may have them: exit 1, which is worth a retry.
+    print(f"trainer: {e}; this trainer needs numpy and gymnasium (the cartpole "
+          f"adapter's requirements.txt) in the python3 that runs it ({sys.executable})",
+          file=sys.stderr)
+    sys.exit(EXIT_MISSING_LIBRARY)
 
 ENV_ID = "CartPole-v1"
 CHECKPOINT_FILE = "checkpoint.json"
