@@ -49,8 +49,8 @@ async fn cartpole_cluster(hosts: usize) -> TestCluster {
 /// uv from the system's interpreter (which the trainer's unprivileged user
 /// can reach, unlike one installed in a home directory), in the cluster's
 /// directory, first on the hosts' PATH (which the allowlist resolves
-/// `python3` on, and which the trainers inherit), readable by the cartpole
-/// adapter's trainers.
+/// `python3` on, and which the trainers inherit), readable by every trainer
+/// (each one's `python3` is now this environment's).
 fn provide_trainer_python(c: &mut TestCluster) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let system_python = std::env::split_paths(trainyard::cluster::SYSTEM_PATH)
@@ -68,9 +68,7 @@ fn provide_trainer_python(c: &mut TestCluster) {
             *value = format!("{}:{value}", bin.display());
         }
     }
-    for entry in &mut c.cluster.settings.host.adapters {
-        entry.read_only.push(venv.clone());
-    }
+    c.cluster.settings.host.containment.read_only.push(venv);
 }
 
 /// Every progress point of a task, oldest first, once the latest episode
