@@ -4,14 +4,13 @@
 //!   a test may kill, restart, or restart with its data lost (the same code
 //!   as `trainyard demo`'s private Redis).
 //! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
+//! - [`python_env`]: a Python virtual environment built with uv, for
+//!   trainers that import libraries.
 //! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
 //!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`, which `make
 //!   test` points at a private server (`scripts/with_postgres.py`) unless it
 //!   is already set; a test that needs it fails with a message saying so when
 //!   it is missing or down.
-//!
-//! - [`python_env`]: a Python virtual environment built with uv, for
-//!   trainers that import libraries.
 //!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
