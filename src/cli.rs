@@ -133,6 +133,10 @@ pub struct DemoArgs {
     /// Keep the cluster (and its dashboard) up after the tasks end, until Ctrl-C
     #[arg(long)]
     pub stay: bool,
+    /// Also train CartPole (gymnasium and numpy, in a Python environment the
+    /// demo builds with uv, which `make python-tools` installs)
+    #[arg(long)]
+    pub cartpole: bool,
 }
 
 impl Command {

@@ -5,6 +5,9 @@
 //! started. It exits 0 only if every task completed. While it runs, the
 //! master's web dashboard is open at the URL it prints; with `--stay` the
 //! cluster stays up after the tasks end, for a look around, until Ctrl-C.
+//! With `--cartpole` the hosts also carry the CartPole adapter, with a Python
+//! environment built for it ([`provide_cartpole_python`]), and two CartPole
+//! tasks run beside the Q-learning ones.
 
 use crate::cli::DemoArgs;
 use crate::client::{ApiClient, StreamEvent};
@@ -19,6 +22,11 @@ use std::time::{Duration, Instant};
 use trainyard_master::model::TaskStatus;
 
 const HOSTS: [&str; 2] = ["host-1", "host-2"];
+/// How many CartPole tasks `--cartpole` adds.
+const CARTPOLE_TASKS: usize = 2;
+/// uv, where `make python-tools` installs it.
+const UV: &str = "target/python-tools/bin/uv";
+const CARTPOLE_REQUIREMENTS: &str = "adapters/cartpole/requirements.txt";
 /// The whole demo must end within this.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -61,6 +69,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         trainer.canonicalize()?,
         &["python3"],
     )];
+    if args.cartpole {
+        provide_cartpole_python(&mut cluster, &adapters.join("cartpole.wasm"))?;
+    }
     cluster.write_config()?;
     cluster.env.push((
         "RUST_LOG".into(),
@@ -125,6 +136,14 @@ async fn drive(
             })
         })
         .collect();
+    let cartpole = (0..if args.cartpole { CARTPOLE_TASKS } else { 0 }).map(|i| {
+        serde_json::json!({
+            "adapter": "cartpole",
+            "name": format!("cartpole seed {i}"),
+            "params": {"episodes": 300, "seed": i},
+        })
+    });
+    let tasks: Vec<serde_json::Value> = tasks.into_iter().chain(cartpole).collect();
     let ids = client.submit_batch(&tasks).await?;
     println!("Submitted {} tasks: {:?}\n", ids.len(), ids);
 
@@ -224,6 +243,79 @@ async fn drive(
         println!("Stopping.");
     }
     Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
+}
+
+/// Adds the CartPole adapter to the hosts, with a `python3` that has its
+/// trainer's requirements: a virtual environment built with uv from the
+/// system's interpreter (which the trainers' unprivileged user can reach) in
+/// the demo's directory, first on the hosts' PATH and readable by every
+/// trainer (each one's `python3` is now this environment's).
+fn provide_cartpole_python(cluster: &mut Cluster, adapter: &Path) -> anyhow::Result<()> {
+    if !adapter.exists() {
+        bail!(
+            "{} is missing: run `make demo`, which builds the adapters first",
+            adapter.display()
+        );
+    }
+    if !Path::new(UV).exists() {
+        bail!("{UV} is missing: run `make python-tools` (it installs uv, which builds CartPole's Python environment)");
+    }
+    let python = std::env::split_paths(crate::cluster::SYSTEM_PATH)
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "python3 is not on the system path: install the Debian package `python3`"
+            )
+        })?;
+    let venv = cluster.dir.join("cartpole-env");
+    println!(
+        "Building CartPole's Python environment in {}",
+        venv.display()
+    );
+    let interpreter = venv.join("bin/python");
+    let steps: [Vec<&std::ffi::OsStr>; 2] = [
+        vec![
+            "venv".as_ref(),
+            "--quiet".as_ref(),
+            "--python".as_ref(),
+            python.as_os_str(),
+            venv.as_os_str(),
+        ],
+        vec![
+            "pip".as_ref(),
+            "install".as_ref(),
+            "--quiet".as_ref(),
+            "--python".as_ref(),
+            interpreter.as_os_str(),
+            "-r".as_ref(),
+            CARTPOLE_REQUIREMENTS.as_ref(),
+        ],
+    ];
+    for args in steps {
+        let status = std::process::Command::new(UV).args(&args).status()?;
+        if !status.success() {
+            bail!(
+                "uv {args:?} failed ({status}): CartPole's Python environment could not be built"
+            );
+        }
+    }
+    for (name, value) in &mut cluster.env {
+        if name == "PATH" {
+            *value = format!("{}:{value}", venv.join("bin").display());
+        }
+    }
+    // Every trainer's `python3` is now this environment's: all must read it.
+    cluster.settings.host.containment.read_only.push(venv);
+    cluster
+        .settings
+        .host
+        .adapters
+        .push(crate::settings::AdapterEntry::new(
+            adapter.canonicalize()?,
+            &["python3"],
+        ));
+    Ok(())
 }
 
 /// Where the master serves its dashboard: the API's address.

@@ -4,6 +4,8 @@
 //!   a test may kill, restart, or restart with its data lost (the same code
 //!   as `trainyard demo`'s private Redis).
 //! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
+//! - [`python_env`]: a Python virtual environment built with uv, for
+//!   trainers that import libraries.
 //! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
 //!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`, which `make
 //!   test` points at a private server (`scripts/with_postgres.py`) unless it
@@ -204,4 +206,49 @@ mod tests {
         assert_eq!(server.port(), port);
         assert!(wait_for_port(port, Duration::from_secs(1)).is_some());
     }
+}
+
+/// A Python virtual environment at `dest`, built by the workspace's uv
+/// (`make python-tools` installs it) from the interpreter `python` with the
+/// packages of the `requirements` file, for tests whose trainers import
+/// libraries. Returns `dest`. A missing uv or a failed build panics with
+/// what to do and the installer's own message.
+pub fn python_env(python: &Path, requirements: &Path, dest: &Path) -> PathBuf {
+    let uv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-tools/bin/uv");
+    assert!(
+        uv.exists(),
+        "{} is missing: run `make python-tools` (make test does)",
+        uv.display()
+    );
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(&uv)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", uv.display()));
+        assert!(
+            out.status.success(),
+            "uv {:?} failed ({}): {}",
+            args,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "venv".as_ref(),
+        "--quiet".as_ref(),
+        "--python".as_ref(),
+        python.as_os_str(),
+        dest.as_os_str(),
+    ]);
+    let interpreter = dest.join("bin/python");
+    run(&[
+        "pip".as_ref(),
+        "install".as_ref(),
+        "--quiet".as_ref(),
+        "--python".as_ref(),
+        interpreter.as_os_str(),
+        "-r".as_ref(),
+        requirements.as_os_str(),
+    ]);
+    dest.to_path_buf()
 }

@@ -9,6 +9,7 @@ use q_learning::bindings::exports::trainyard::adapter::adapter::Guest;
 use q_learning::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
+use q_learning::outcome::Q_LEARNING_RESULT;
 use q_learning::plan;
 
 struct PythonTrainer;
@@ -19,6 +20,7 @@ impl Guest for PythonTrainer {
             "python-trainer",
             env!("CARGO_PKG_VERSION"),
             "Tabular Q-learning on a grid world with the reference Python trainer (python3)",
+            &plan::Q_LEARNING,
         )
     }
 
@@ -31,7 +33,7 @@ impl Guest for PythonTrainer {
     }
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
-        adapter::finish(&exit)
+        adapter::finish(&exit, &Q_LEARNING_RESULT)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The calls of the `task-adapter` world for an adapter that runs the
-//! reference trainer. The host makes one instance per attempt and calls
+//! The calls of the `task-adapter` world for an adapter that runs a
+//! reference trainer (the grid world's or CartPole's). The host makes one instance per attempt and calls
 //! `prepare`, then `on-output` for each line the trainer prints, then
 //! `finish`. These functions are the glue between those calls and the plain
 //! modules that decide; they keep the one piece of per-attempt state, the
@@ -10,9 +10,10 @@ use crate::bindings::trainyard::adapter::host::{log, LogLevel};
 use crate::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
-use crate::outcome;
+use crate::outcome::{self, ResultShape};
 use crate::output::{self, LineReport};
-use crate::plan::{self, PreparedAttempt};
+use crate::params::TrainerParams;
+use crate::plan::{PreparedAttempt, Trainer};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -40,25 +41,39 @@ fn workspace() -> Option<PathBuf> {
         .map(|a| a.workspace.clone())
 }
 
-/// `describe`: an adapter of the q-learning kind.
-pub fn describe(name: &str, version: &str, description: &str) -> AdapterInfo {
+/// The few params an operator wants in the log line that starts an attempt.
+pub trait RunSummary {
+    /// E.g. "300 episodes, seed 0, learning rate 0.5".
+    fn run_summary(&self) -> String;
+}
+
+impl RunSummary for TrainerParams {
+    fn run_summary(&self) -> String {
+        format!(
+            "{} episodes, seed {}, learning rate {}",
+            self.episodes, self.seed, self.learning_rate
+        )
+    }
+}
+
+/// `describe`: an adapter of `trainer`'s kind.
+pub fn describe(name: &str, version: &str, description: &str, trainer: &Trainer) -> AdapterInfo {
     AdapterInfo {
         name: name.to_owned(),
         version: version.to_owned(),
         description: description.to_owned(),
-        kinds: vec![plan::KIND.to_owned()],
+        kinds: vec![trainer.kind.to_owned()],
     }
 }
 
 /// `prepare`: hands the host the plan the adapter decided on, or the reason
 /// the task cannot run (never worth a retry: the task itself is at fault).
-pub fn prepare(
+pub fn prepare<P: RunSummary>(
     task: &Task,
-    decided: Result<PreparedAttempt, impl std::fmt::Display>,
+    decided: Result<PreparedAttempt<P>, impl std::fmt::Display>,
 ) -> Result<LaunchPlan, TaskError> {
     match decided {
         Ok(prepared) => {
-            let p = &prepared.params;
             let start = match &prepared.resume_from {
                 Some(path) => format!("resuming from {path}"),
                 None => "from scratch".to_owned(),
@@ -66,8 +81,10 @@ pub fn prepare(
             log(
                 LogLevel::Info,
                 &format!(
-                    "attempt {} of task {}: {} episodes, seed {}, learning rate {}, {start}",
-                    task.attempt, task.id, p.episodes, p.seed, p.learning_rate
+                    "attempt {} of task {}: {}, {start}",
+                    task.attempt,
+                    task.id,
+                    prepared.params.run_summary()
                 ),
             );
             remember(Attempt {
@@ -102,10 +119,10 @@ pub fn on_output(line: &str) -> Option<Progress> {
 }
 
 /// `finish`: the trainer's exit and the files it left into the attempt's
-/// result or a classified failure.
-pub fn finish(exit: &ExitReport) -> Result<TaskResult, TaskError> {
+/// result (of the trainer's `shape`) or a classified failure.
+pub fn finish(exit: &ExitReport, shape: &ResultShape) -> Result<TaskResult, TaskError> {
     let decision = match workspace() {
-        Some(workspace) => outcome::decide(exit, || outcome::read_outputs(&workspace)),
+        Some(workspace) => outcome::decide(exit, shape, || outcome::read_outputs(&workspace)),
         None => Err(outcome::FinishError::NotPrepared),
     };
     match decision {

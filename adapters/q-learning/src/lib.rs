@@ -10,11 +10,18 @@
 //!   configuration: the same trainer behind a wrapper with test hooks (a
 //!   trace file, simulated failures).
 //!
-//! The bindings are generated here, once, so that both adapters share the
-//! types and the code that uses them.
+//! The machinery around the trainer — the launch plan of an embedded
+//! script, the stdout line protocol, checkpoints, the exit and `result.json`
+//! turned into a result — is not the grid world's own: the `cartpole`
+//! adapter runs its gymnasium trainer through the same modules, with a
+//! [`plan::Trainer`] and an [`outcome::ResultShape`] of its own.
+//!
+//! The bindings are generated here, once, so that every adapter built on it
+//! shares the types and the code that uses them.
 //!
 //! Layout:
-//! - [`params`]: validation of a task's params, defaults filled in;
+//! - [`params`]: validation of a task's params, defaults filled in (and the
+//!   typed field access other kinds validate with);
 //! - [`plan`]: the launch plan (files, `python3` command, resume argument);
 //! - [`output`]: the trainer's stdout protocol, line by line, into progress;
 //! - [`outcome`]: the trainer's exit and `result.json` into a result or error;

@@ -6,6 +6,10 @@
 //! failure. Exit code 2 means the trainer refused its configuration, which no
 //! retry fixes; any other code or a signal is a crash worth retrying.
 //!
+//! Every reference trainer follows these rules; what differs between them is
+//! the [`ResultShape`]: which metrics `result.json` must hold, and the
+//! one-line summary an operator reads.
+//!
 //! The file reading ([`read_outputs`]) is kept apart from the decision
 //! ([`decide`]) so the decision is tested without a workspace.
 
@@ -28,6 +32,35 @@ const STDERR_BYTES: usize = 2048;
 /// Bounds the host sets on a task result.
 const MAX_METRICS: usize = 256;
 const MAX_METRIC_NAME: usize = 128;
+
+/// What a trainer's `result.json` must hold, and how it reads to an operator.
+#[derive(Debug, Clone, Copy)]
+pub struct ResultShape {
+    /// Metrics that must be present and numeric.
+    pub required: &'static [&'static str],
+    /// The summary, given the result's fields (the required ones are there).
+    pub summary: fn(&Map<String, Value>) -> String,
+}
+
+/// The grid-world trainer's result.
+pub const Q_LEARNING_RESULT: ResultShape = ResultShape {
+    required: &["mean_return", "success_rate", "eval_episodes"],
+    summary: q_learning_summary,
+};
+
+fn q_learning_summary(fields: &Map<String, Value>) -> String {
+    format!(
+        "mean return {:.3} over the last {} episodes (success {}%)",
+        number(fields, "mean_return"),
+        number(fields, "eval_episodes"),
+        percent(number(fields, "success_rate"))
+    )
+}
+
+/// A field of the result as a number (0 when it is not one).
+pub fn number(fields: &Map<String, Value>, name: &str) -> f64 {
+    fields.get(name).and_then(Value::as_f64).unwrap_or(0.0)
+}
 
 /// Why an attempt failed after the trainer ran.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -75,11 +108,12 @@ pub fn read_outputs(workspace: &Path) -> Outputs {
 /// workspace (through `outputs`) only after a clean exit.
 pub fn decide(
     exit: &ExitReport,
+    shape: &ResultShape,
     outputs: impl FnOnce() -> Outputs,
 ) -> Result<TaskResult, FinishError> {
     let stderr = || stderr_tail(&exit.stderr_tail);
     match exit.status {
-        ExitStatus::Exited(0) => task_result(outputs()),
+        ExitStatus::Exited(0) => task_result(shape, outputs()),
         ExitStatus::Exited(EXIT_INVALID_CONFIG) => {
             Err(FinishError::InvalidConfig { stderr: stderr() })
         }
@@ -95,7 +129,7 @@ pub fn decide(
     }
 }
 
-fn task_result(outputs: Outputs) -> Result<TaskResult, FinishError> {
+fn task_result(shape: &ResultShape, outputs: Outputs) -> Result<TaskResult, FinishError> {
     let text = outputs
         .result_json
         .map_err(|e| FinishError::ResultMissing {
@@ -112,9 +146,9 @@ fn task_result(outputs: Outputs) -> Result<TaskResult, FinishError> {
     else {
         return Err(invalid("not a JSON object".to_owned()));
     };
-    let mean_return = required_number(&fields, "mean_return").map_err(invalid)?;
-    let success_rate = required_number(&fields, "success_rate").map_err(invalid)?;
-    let eval_episodes = required_number(&fields, "eval_episodes").map_err(invalid)?;
+    for name in shape.required {
+        required_number(&fields, name).map_err(invalid)?;
+    }
 
     let metrics = fields
         .iter()
@@ -132,10 +166,7 @@ fn task_result(outputs: Outputs) -> Result<TaskResult, FinishError> {
         checkpoint: outputs
             .policy_exists
             .then(|| Checkpoint::WorkspaceFile(POLICY_FILE.to_owned())),
-        summary: Some(format!(
-            "mean return {mean_return:.3} over the last {eval_episodes} episodes (success {}%)",
-            percent(success_rate)
-        )),
+        summary: Some((shape.summary)(&fields)),
     })
 }
 
@@ -193,13 +224,20 @@ mod tests {
         }
     }
 
+    fn decide_q(
+        exit: &ExitReport,
+        outputs: impl FnOnce() -> Outputs,
+    ) -> Result<TaskResult, FinishError> {
+        decide(exit, &Q_LEARNING_RESULT, outputs)
+    }
+
     fn unread() -> Outputs {
         panic!("the workspace must not be read after a failed exit")
     }
 
     #[test]
     fn clean_exit_reports_every_numeric_metric_the_policy_and_a_summary() {
-        let result = decide(&exit(ExitStatus::Exited(0), ""), || {
+        let result = decide_q(&exit(ExitStatus::Exited(0), ""), || {
             outputs(Some(RESULT), true)
         })
         .expect("success");
@@ -231,7 +269,7 @@ mod tests {
 
     #[test]
     fn clean_exit_without_policy_has_no_checkpoint() {
-        let result = decide(&exit(ExitStatus::Exited(0), ""), || {
+        let result = decide_q(&exit(ExitStatus::Exited(0), ""), || {
             outputs(Some(RESULT), false)
         })
         .expect("success");
@@ -240,7 +278,7 @@ mod tests {
 
     #[test]
     fn clean_exit_without_a_valid_result_is_a_retryable_failure() {
-        let missing = decide(&exit(ExitStatus::Exited(0), ""), || outputs(None, true))
+        let missing = decide_q(&exit(ExitStatus::Exited(0), ""), || outputs(None, true))
             .expect_err("no result.json");
         assert!(missing.retryable());
         assert_eq!(
@@ -259,7 +297,7 @@ mod tests {
                 "\"mean_return\" is missing",
             ),
         ] {
-            let err = decide(&exit(ExitStatus::Exited(0), ""), || {
+            let err = decide_q(&exit(ExitStatus::Exited(0), ""), || {
                 outputs(Some(text), true)
             })
             .expect_err(text);
@@ -273,7 +311,7 @@ mod tests {
 
     #[test]
     fn exit_code_2_is_not_retryable_and_quotes_stderr() {
-        let err = decide(
+        let err = decide_q(
             &exit(
                 ExitStatus::Exited(2),
                 "trainer: invalid configuration: bad\n",
@@ -291,7 +329,7 @@ mod tests {
     #[test]
     fn crash_is_retryable_with_the_last_stderr_lines() {
         let stderr: String = (1..=30).map(|n| format!("line {n}\n")).collect();
-        let err = decide(&exit(ExitStatus::Exited(3), &stderr), unread).expect_err("exit 3");
+        let err = decide_q(&exit(ExitStatus::Exited(3), &stderr), unread).expect_err("exit 3");
         assert!(err.retryable());
         let expected: Vec<String> = (19..=30).map(|n| format!("line {n}")).collect();
         assert_eq!(
@@ -299,7 +337,7 @@ mod tests {
             format!("trainer exited with code 3: {}", expected.join("\n"))
         );
 
-        let killed = decide(&exit(ExitStatus::Signaled(9), ""), unread).expect_err("signal");
+        let killed = decide_q(&exit(ExitStatus::Signaled(9), ""), unread).expect_err("signal");
         assert!(killed.retryable());
         assert_eq!(
             killed.to_string(),
@@ -307,14 +345,14 @@ mod tests {
         );
 
         let not_launched =
-            decide(&exit(ExitStatus::NotLaunched, ""), unread).expect_err("not launched");
+            decide_q(&exit(ExitStatus::NotLaunched, ""), unread).expect_err("not launched");
         assert!(not_launched.retryable());
     }
 
     #[test]
     fn a_huge_stderr_is_cut_to_fit_an_error_message() {
         let stderr = "é".repeat(100_000);
-        let err = decide(&exit(ExitStatus::Exited(1), &stderr), unread).expect_err("exit 1");
+        let err = decide_q(&exit(ExitStatus::Exited(1), &stderr), unread).expect_err("exit 1");
         let message = err.to_string();
         assert!(message.len() < 4096, "{} bytes", message.len());
         assert!(message.starts_with("trainer exited with code 1: …é"));

@@ -1,13 +1,24 @@
 //! Reading the trainer's stdout, one line at a time.
 //!
 //! The trainer prints one JSON object per line, tagged by `type` (see the
-//! protocol in `trainer/trainer.py`). Lines this module does not recognise —
+//! protocol in `trainer/trainer.py`; every reference trainer speaks it). An
+//! episode line carries the episode, the total and the return; each other
+//! number on it (the grid world's `steps` and `epsilon`, CartPole's `loss`
+//! and `mean_return`) becomes a metric of that progress, so a trainer
+//! chooses its own metrics without a change here. Lines this module does not recognise —
 //! other types, stray prints, half-written JSON — are simply not progress:
 //! a trainer's output is untrusted, and no input may make the adapter panic.
 
 use crate::bindings::trainyard::adapter::types::{Checkpoint, Metric, Progress};
 use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Component, Path};
+
+/// The most metrics one progress report carries (the host's bound).
+const MAX_PROGRESS_METRICS: usize = 64;
+/// The longest metric name (the host's bound).
+const MAX_METRIC_NAME: usize = 128;
 
 /// What one line of output meant.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,8 +43,9 @@ enum TrainerLine {
         episodes: u64,
         #[serde(rename = "return")]
         episode_return: f64,
-        steps: u64,
-        epsilon: f64,
+        /// The line's other fields; its numbers are the episode's metrics.
+        #[serde(flatten)]
+        others: BTreeMap<String, Value>,
     },
     Checkpoint {
         path: String,
@@ -59,13 +71,12 @@ pub fn read_line(line: &str) -> LineReport {
             episode,
             episodes,
             episode_return,
-            steps,
-            epsilon,
+            others,
         } => LineReport::Progress(Progress {
             episode: Some(episode),
             total_episodes: Some(episodes),
             episode_return: Some(episode_return),
-            metrics: vec![metric("epsilon", epsilon), metric("steps", steps as f64)],
+            metrics: episode_metrics(&others),
             ..no_progress()
         }),
         TrainerLine::Checkpoint { path, episode } if is_inside_workspace(&path) => {
@@ -93,6 +104,17 @@ fn is_inside_workspace(path: &str) -> bool {
         && Path::new(path)
             .components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// The numbers among an episode line's other fields, by name, within the
+/// host's bounds.
+fn episode_metrics(others: &BTreeMap<String, Value>) -> Vec<Metric> {
+    others
+        .iter()
+        .filter(|(name, _)| name.len() <= MAX_METRIC_NAME)
+        .filter_map(|(name, value)| value.as_f64().map(|v| metric(name, v)))
+        .take(MAX_PROGRESS_METRICS)
+        .collect()
 }
 
 fn metric(name: &str, value: f64) -> Metric {
@@ -139,6 +161,27 @@ mod tests {
                 ..no_progress()
             }
         );
+    }
+
+    #[test]
+    fn every_other_number_on_an_episode_line_is_a_metric() {
+        let p = progress(
+            r#"{"type":"episode","episode":3,"episodes":300,"return":41.0,"steps":41,"loss":-0.012,"mean_return":23.5,"note":"text","flag":true}"#,
+        );
+        assert_eq!(p.episode_return, Some(41.0));
+        assert_eq!(
+            p.metrics,
+            vec![
+                metric("loss", -0.012),
+                metric("mean_return", 23.5),
+                metric("steps", 41.0)
+            ]
+        );
+        let bare = progress(r#"{"type":"episode","episode":1,"episodes":2,"return":9}"#);
+        assert_eq!(bare.metrics, vec![]);
+        let many: String = (0..100).map(|i| format!(r#","m{i:03}":{i}"#)).collect();
+        let line = format!(r#"{{"type":"episode","episode":1,"episodes":2,"return":9{many}}}"#);
+        assert_eq!(progress(&line).metrics.len(), MAX_PROGRESS_METRICS);
     }
 
     #[test]

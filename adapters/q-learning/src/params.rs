@@ -97,30 +97,35 @@ pub fn parse_with(
     params: &str,
     extra: &[&str],
 ) -> Result<(TrainerParams, Map<String, Value>), ParamsError> {
-    let value: Value = serde_json::from_str(params).map_err(|e| ParamsError::NotJson {
-        reason: e.to_string(),
-    })?;
-    let Value::Object(mut map) = value else {
-        return Err(ParamsError::NotAnObject { got: show(&value) });
-    };
-    let known = |k: &str| ACCEPTED_KEYS.contains(&k) || extra.contains(&k);
-    if let Some(key) = map.keys().find(|k| !known(k)) {
-        return Err(ParamsError::UnknownKey {
-            key: truncate(key, 64),
-            accepted: ACCEPTED_KEYS
-                .iter()
-                .chain(extra)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
-    }
+    let accepted: Vec<&str> = ACCEPTED_KEYS.iter().chain(extra).copied().collect();
+    let mut map = object_with_keys(params, &accepted)?;
     let extras: Map<String, Value> = extra
         .iter()
         .filter_map(|k| map.remove(*k).map(|v| ((*k).to_owned(), v)))
         .collect();
     let trainer = trainer_params(&Fields(&map))?;
     Ok((trainer, extras))
+}
+
+/// Parses a task's params (a JSON object as text) and refuses any key not in
+/// `accepted`: the first step of every trainer kind's validation.
+pub fn object_with_keys(
+    params: &str,
+    accepted: &[&str],
+) -> Result<Map<String, Value>, ParamsError> {
+    let value: Value = serde_json::from_str(params).map_err(|e| ParamsError::NotJson {
+        reason: e.to_string(),
+    })?;
+    let Value::Object(map) = value else {
+        return Err(ParamsError::NotAnObject { got: show(&value) });
+    };
+    if let Some(key) = map.keys().find(|k| !accepted.contains(&k.as_str())) {
+        return Err(ParamsError::UnknownKey {
+            key: truncate(key, 64),
+            accepted: accepted.join(", "),
+        });
+    }
+    Ok(map)
 }
 
 fn trainer_params(fields: &Fields) -> Result<TrainerParams, ParamsError> {
@@ -171,7 +176,7 @@ fn trainer_params(fields: &Fields) -> Result<TrainerParams, ParamsError> {
 
 /// The accepted values of a fraction-like parameter.
 #[derive(Debug, Clone, Copy)]
-enum Interval {
+pub enum Interval {
     /// (0, 1]: a rate that must not be zero.
     OpenClosed,
     /// [0, 1].
@@ -224,7 +229,11 @@ impl Fields<'_> {
         }
     }
 
-    fn fraction(&self, key: &'static str, interval: Interval) -> Result<Option<f64>, ParamsError> {
+    pub fn fraction(
+        &self,
+        key: &'static str,
+        interval: Interval,
+    ) -> Result<Option<f64>, ParamsError> {
         let Some(value) = self.0.get(key) else {
             return Ok(None);
         };

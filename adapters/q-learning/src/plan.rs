@@ -1,10 +1,12 @@
-//! The launch plan for one attempt of a q-learning task.
+//! The launch plan for one attempt of a reference trainer's task.
 //!
-//! The plan writes two files into the workspace, the trainer script (embedded
-//! in the component, so a host needs nothing but `python3`) and its
-//! normalised `params.json`, and runs `python3 -u trainer.py --config
-//! params.json`, adding `--resume PATH` when an earlier attempt left a
-//! checkpoint file, which the host has already placed in this workspace.
+//! The plan writes two files into the workspace, the [`Trainer`] script
+//! (embedded in the component, so a host needs nothing but `python3` and
+//! whatever libraries the script imports) and its normalised `params.json`,
+//! and runs `python3 -u trainer.py --config params.json`, adding `--resume
+//! PATH` when an earlier attempt left a checkpoint file, which the host has
+//! already placed in this workspace. [`plan`] does this for the q-learning
+//! kind, [`plan_trainer`] for any trainer and its params.
 //!
 //! An adapter may run a [`Wrapper`] in the trainer's place: a script that
 //! imports `trainer.py` and watches the run, with files and arguments of its
@@ -14,15 +16,29 @@ use crate::bindings::trainyard::adapter::types::{
     Checkpoint, Command, EnvVar, LaunchPlan, Task, WorkspaceFile,
 };
 use crate::params::{self, ParamsError, TrainerParams};
+use serde::Serialize;
 
-/// The task kind this adapter serves.
+/// The task kind of the grid-world trainer.
 pub const KIND: &str = "q-learning";
-/// The reference trainer, shipped inside the component.
+/// The grid-world trainer, shipped inside the component.
 pub const TRAINER_SOURCE: &str = include_str!("../trainer/trainer.py");
+/// The grid-world trainer and its kind.
+pub const Q_LEARNING: Trainer = Trainer {
+    kind: KIND,
+    source: TRAINER_SOURCE,
+};
 pub const TRAINER_FILE: &str = "trainer.py";
 pub const CONFIG_FILE: &str = "params.json";
 /// The interpreter; it must be on the host's allowlist for this adapter.
 pub const PROGRAM: &str = "python3";
+
+/// A trainer script shipped inside an adapter, and the task kind it serves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Trainer {
+    pub kind: &'static str,
+    /// The script, written into the workspace as [`TRAINER_FILE`].
+    pub source: &'static str,
+}
 
 /// Why an attempt could not be planned. None is worth a retry: the task
 /// itself is at fault, not the host.
@@ -30,8 +46,11 @@ pub const PROGRAM: &str = "python3";
 pub enum PlanError {
     #[error(transparent)]
     Params(#[from] ParamsError),
-    #[error("this adapter runs tasks of kind \"{KIND}\" only, not \"{kind}\"")]
-    WrongKind { kind: String },
+    #[error("this adapter runs tasks of kind \"{expected}\" only, not \"{kind}\"")]
+    WrongKind {
+        expected: &'static str,
+        kind: String,
+    },
     #[error(
         "the reference trainer resumes only from a checkpoint file in the workspace; \
          an external checkpoint ({reference}) is not supported"
@@ -42,9 +61,9 @@ pub enum PlanError {
 /// What `prepare` decided: the plan for the host, and what the adapter keeps
 /// for logging.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PreparedAttempt {
+pub struct PreparedAttempt<P = TrainerParams> {
     pub plan: LaunchPlan,
-    pub params: TrainerParams,
+    pub params: P,
     /// The workspace checkpoint the trainer resumes from, if any.
     pub resume_from: Option<String>,
 }
@@ -67,23 +86,42 @@ pub fn prepare(task: &Task) -> Result<PreparedAttempt, PlanError> {
     plan(task, params, None)
 }
 
-/// Refuses a task of another kind.
+/// Refuses a task of another kind than q-learning.
 pub fn check_kind(task: &Task) -> Result<(), PlanError> {
-    if task.kind != KIND {
+    check_kind_of(task, &Q_LEARNING)
+}
+
+/// Refuses a task of another kind than `trainer`'s.
+pub fn check_kind_of(task: &Task, trainer: &Trainer) -> Result<(), PlanError> {
+    if task.kind != trainer.kind {
         return Err(PlanError::WrongKind {
+            expected: trainer.kind,
             kind: task.kind.clone(),
         });
     }
     Ok(())
 }
 
-/// The launch plan for validated params: the trainer, or `wrapper` in its
-/// place, resuming from the task's checkpoint if it has one.
+/// The launch plan for validated q-learning params: the grid-world trainer,
+/// or `wrapper` in its place, resuming from the task's checkpoint if it has
+/// one.
 pub fn plan(
     task: &Task,
     params: TrainerParams,
     wrapper: Option<Wrapper>,
 ) -> Result<PreparedAttempt, PlanError> {
+    plan_trainer(task, &Q_LEARNING, params, wrapper)
+}
+
+/// The launch plan for `trainer` with validated `params` (written as
+/// `params.json`), or `wrapper` in its place, resuming from the task's
+/// checkpoint if it has one.
+pub fn plan_trainer<P: Serialize>(
+    task: &Task,
+    trainer: &Trainer,
+    params: P,
+    wrapper: Option<Wrapper>,
+) -> Result<PreparedAttempt<P>, PlanError> {
     let resume_from = match &task.checkpoint {
         None => None,
         Some(Checkpoint::WorkspaceFile(path)) => Some(path.clone()),
@@ -99,7 +137,7 @@ pub fn plan(
     let mut files = vec![
         WorkspaceFile {
             path: TRAINER_FILE.to_owned(),
-            contents: TRAINER_SOURCE.as_bytes().to_vec(),
+            contents: trainer.source.as_bytes().to_vec(),
         },
         WorkspaceFile {
             path: CONFIG_FILE.to_owned(),

@@ -14,6 +14,7 @@ use q_learning::bindings::exports::trainyard::adapter::adapter::Guest;
 use q_learning::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
+use q_learning::outcome::Q_LEARNING_RESULT;
 
 struct TestTrainer;
 
@@ -24,6 +25,7 @@ impl Guest for TestTrainer {
             env!("CARGO_PKG_VERSION"),
             "The reference Q-learning trainer with test hooks (trace file, simulated failures); \
              for trainyard's tests only",
+            &q_learning::plan::Q_LEARNING,
         )
     }
 
@@ -36,7 +38,7 @@ impl Guest for TestTrainer {
     }
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
-        adapter::finish(&exit)
+        adapter::finish(&exit, &Q_LEARNING_RESULT)
     }
 }
 
