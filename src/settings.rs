@@ -134,6 +134,9 @@ pub struct HostSection {
     pub resources: trainyard_host::config::ResourceSettings,
     /// How trainers are contained (`[host.containment]`).
     pub containment: trainyard_host::containment::ContainmentSettings,
+    /// The installer and index of trainers' Python environments
+    /// (`[host.python]`).
+    pub python: trainyard_host::python_env::PythonSettings,
     pub adapters: Vec<AdapterEntry>,
 }
 
@@ -163,6 +166,10 @@ pub struct AdapterEntry {
     /// Overrides of `[host.containment.limits]` for its trainers.
     #[serde(default)]
     pub limits: trainyard_host::containment::Limits,
+    /// The Python environment its trainers run in:
+    /// `python = { requirements = ["numpy>=1.26"] }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<trainyard_host::python_env::PythonRequirements>,
 }
 
 impl AdapterEntry {
@@ -175,6 +182,7 @@ impl AdapterEntry {
             read_only: vec![],
             read_write: vec![],
             limits: Default::default(),
+            python: None,
         }
     }
 
@@ -266,6 +274,7 @@ impl Default for HostSection {
             adapter_log_bytes: 1 << 20,
             resources: Default::default(),
             containment: Default::default(),
+            python: Default::default(),
             adapters: vec![
                 AdapterEntry::new("adapters/dist/python-trainer.wasm", &["python3"]),
                 AdapterEntry::new("adapters/dist/noop.wasm", &["true"]),
