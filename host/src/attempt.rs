@@ -419,7 +419,12 @@ impl Run<'_> {
         );
         let spec = LaunchSpec {
             executable,
-            program_name: command.program,
+            // Python finds its environment from where argv[0] says it is:
+            // a bare `python3` would be looked up on PATH.
+            program_name: match &python_env {
+                Some(env) => env.interpreter().display().to_string(),
+                None => command.program,
+            },
             args: command.args,
             env,
             workspace: workspace.path().to_path_buf(),
