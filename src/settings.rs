@@ -528,6 +528,36 @@ mod tests {
     }
 
     #[test]
+    fn python_environments_are_configured_in_the_file_and_the_environment() {
+        let f = with_file(
+            "[host.python]\nfind_links = [\"/srv/wheels\"]\nno_index = true\n\n\
+             [[host.adapters]]\npath = \"adapters/dist/cartpole.wasm\"\nprograms = [\"python3\"]\n\
+             python = { requirements = [\"gymnasium>=1.0,<2\", \"numpy>=1.26\"] }\n",
+        );
+        let (s, _) = Settings::load_from(Inputs {
+            file: Some(f.path().to_path_buf()),
+            env: vec![
+                ("TRAINYARD_HOST__PYTHON__CACHE_BYTES".into(), "1GiB".into()),
+                ("TRAINYARD_HOST__PYTHON__BUILD_TIMEOUT".into(), "2m".into()),
+                ("TRAINYARD_HOST__PYTHON__UV".into(), "/opt/uv/bin/uv".into()),
+            ],
+            ..Inputs::default()
+        })
+        .unwrap();
+        let python = &s.host.python;
+        assert_eq!(python.uv, "/opt/uv/bin/uv");
+        assert_eq!(python.cache_bytes, Some(1 << 30));
+        assert_eq!(python.build_timeout, Duration::from_secs(120));
+        assert_eq!(python.find_links, [PathBuf::from("/srv/wheels")]);
+        assert!(python.no_index && python.index_url.is_none());
+        let wanted = s.host.adapters[0].python.as_ref().unwrap();
+        assert_eq!(wanted.requirements, ["gymnasium>=1.0,<2", "numpy>=1.26"]);
+        let defaults = Settings::default().host.python;
+        assert_eq!(defaults.cache_bytes, Some(20 << 30));
+        assert_eq!(defaults.build_timeout, Duration::from_secs(15 * 60));
+    }
+
+    #[test]
     fn an_invalid_value_from_the_environment_names_its_variable() {
         let err = Settings::load_from(Inputs {
             env: vec![("TRAINYARD_HOST__SLOTS".into(), "many".into())],

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trainyard::settings::Settings;
-use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_host::python_env::PythonRequirements;
+use trainyard_master::model::{TaskDetail, TaskStatus};
 
 const LONG: Duration = Duration::from_secs(180);
 
@@ -130,25 +130,45 @@ async fn simultaneous_attempts_share_one_read_only_environment_built_once() {
     for id in [a, b] {
         let detail = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
         let v = verdict(&detail);
-        assert_eq!(v["value"], 42, "the trainer imported the environment's package");
+        assert_eq!(
+            v["value"], 42,
+            "the trainer imported the environment's package"
+        );
         let prefix = PathBuf::from(v["prefix"].as_str().unwrap());
         assert!(
             prefix.starts_with(root.canonicalize().unwrap()) || prefix.starts_with(&root),
             "the trainer ran in an environment under {}: {v}",
             root.display()
         );
-        assert_ne!(v["wrote"], true, "the trainer wrote into its environment: {v}");
+        assert_ne!(
+            v["wrote"], true,
+            "the trainer wrote into its environment: {v}"
+        );
         prefixes.push(prefix);
     }
-    assert_eq!(prefixes[0], prefixes[1], "both attempts used one environment");
+    assert_eq!(
+        prefixes[0], prefixes[1],
+        "both attempts used one environment"
+    );
     assert!(!prefixes[0].join("planted.py").exists());
     let log = c.log("host-1");
-    assert_eq!(log.matches(BUILD_LINE).count(), 1, "one build for both:\n{log}");
+    assert_eq!(
+        log.matches(BUILD_LINE).count(),
+        1,
+        "one build for both:\n{log}"
+    );
 
-    let key = prefixes[0].file_name().unwrap().to_string_lossy().into_owned();
+    let key = prefixes[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let hosts = c
         .wait_for_hosts_where("the environment listed", |hosts| {
-            hosts[0].environments.iter().any(|e| e.key == key && e.in_use == 0)
+            hosts[0]
+                .environments
+                .iter()
+                .any(|e| e.key == key && e.in_use == 0)
         })
         .await;
     let listed = &hosts[0].environments[0];
@@ -172,7 +192,9 @@ async fn simultaneous_attempts_share_one_read_only_environment_built_once() {
 async fn an_unknown_package_fails_the_task_for_good_with_the_installers_reason() {
     let c = TestCluster::start(setup(|s| offline(s, &["nosuchpkg-zz"])), 1).await;
     let id = c
-        .submit(json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 3}))
+        .submit(
+            json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 3}),
+        )
         .await;
     let detail = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
     let error = detail.task.error.clone().unwrap_or_default();
@@ -180,7 +202,12 @@ async fn an_unknown_package_fails_the_task_for_good_with_the_installers_reason()
         error.contains("nosuchpkg-zz") && error.contains("Python environment"),
         "the error names the package and the installer's reason: {error}"
     );
-    assert_eq!(detail.attempts.len(), 1, "not retried: {:?}", detail.attempts);
+    assert_eq!(
+        detail.attempts.len(),
+        1,
+        "not retried: {:?}",
+        detail.attempts
+    );
     let left = entries(&environments_root(&c));
     assert!(left.is_empty(), "no environment left behind: {left:?}");
 }
@@ -196,7 +223,9 @@ async fn a_cache_over_its_size_evicts_the_environment_no_attempt_uses() {
     )
     .await;
     let id = c
-        .submit(json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 1}))
+        .submit(
+            json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 1}),
+        )
         .await;
     let detail = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
     assert_eq!(verdict(&detail)["value"], 42, "kept while in use");
@@ -215,5 +244,21 @@ async fn a_cache_over_its_size_evicts_the_environment_no_attempt_uses() {
         hosts[0].environments.is_empty()
     })
     .await;
-    assert!(c.log("host-1").contains("evicted the least recently used Python environment"));
+    assert!(c
+        .log("host-1")
+        .contains("evicted the least recently used Python environment"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_the_installer_refuses_to_start_naming_it() {
+    let mut c = TestCluster::prepare(setup(|s| offline(s, &["tinypkg"]))).await;
+    c.start_master().await;
+    let at = c.start_host_with("host-1", "host-1", |s| {
+        s.host.python.uv = "no-such-uv-installer".into();
+    });
+    let log = common::exited(&mut c.hosts[at], LONG).await;
+    assert!(
+        log.contains("host.python.uv") && log.contains("pip install uv"),
+        "the refusal names the key and what to install:\n{log}"
+    );
 }

@@ -22,12 +22,12 @@ use crate::logs::LogWriter;
 use crate::plan::{self, Allowlist};
 use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
+use crate::python_env::{EnvInUse, INTERPRETER_PROGRAMS};
 use crate::renewer::{LeaseBook, LeaseState};
 use crate::runtime::{
     AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, LoadedAdapter,
     OutputEvent, TaskInput,
 };
-use crate::python_env::{EnvInUse, INTERPRETER_PROGRAMS};
 use crate::workspace::Workspace;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -139,9 +139,10 @@ impl FakeHost {
 
     async fn heartbeat(&mut self, running: Vec<RunningAttempt>) {
         self.send(HostMessage::Heartbeat {
-                running,
-                environments: vec![],
-            }).await;
+            running,
+            environments: vec![],
+        })
+        .await;
     }
 }
 

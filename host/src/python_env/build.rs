@@ -122,9 +122,14 @@ pub async fn interpreter_version(python: &Path, deadline: Instant) -> Result<Str
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    output(command, "asking the interpreter its version", None, deadline)
-        .await
-        .map(|v| v.trim().to_string())
+    output(
+        command,
+        "asking the interpreter its version",
+        None,
+        deadline,
+    )
+    .await
+    .map(|v| v.trim().to_string())
 }
 
 /// Runs `command` to its end before `deadline`; its stdout, or a failure

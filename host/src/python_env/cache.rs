@@ -98,7 +98,10 @@ mod tests {
         assert_eq!(choose_evictions(&entries, 300), Vec::<String>::new());
         assert_eq!(choose_evictions(&entries, 250), ["oldest"]);
         assert_eq!(choose_evictions(&entries, 100), ["oldest", "middle"]);
-        assert_eq!(choose_evictions(&entries, 0), ["oldest", "middle", "newest"]);
+        assert_eq!(
+            choose_evictions(&entries, 0),
+            ["oldest", "middle", "newest"]
+        );
     }
 
     #[test]

@@ -71,7 +71,9 @@ mod tests {
                        http://127.0.0.1:9/simple/numpy/\n  cause: tcp connect error\n  cause: \
                        Connection refused (os error 111)";
         assert!(is_transient(message));
-        assert!(is_transient("error: Failed to download `numpy==2.1.0`: operation timed out"));
+        assert!(is_transient(
+            "error: Failed to download `numpy==2.1.0`: operation timed out"
+        ));
     }
 
     #[test]

@@ -117,7 +117,10 @@ mod tests {
     #[test]
     fn the_pins_are_read_off_the_compiled_output() {
         let out = "# via nothing\nNumPy==2.1.0\n    # via gymnasium\ngymnasium==1.0.0\n\n";
-        assert_eq!(pinned_set(out), strings(&["gymnasium==1.0.0", "numpy==2.1.0"]));
+        assert_eq!(
+            pinned_set(out),
+            strings(&["gymnasium==1.0.0", "numpy==2.1.0"])
+        );
     }
 
     #[test]
@@ -128,7 +131,10 @@ mod tests {
         assert!(is_key(&key));
         assert_eq!(key, environment_key("3.11.2 ", &pins, &index));
         assert_ne!(key, environment_key("3.12.0", &pins, &index));
-        assert_ne!(key, environment_key("3.11.2", &strings(&["numpy==2.1.1"]), &index));
+        assert_ne!(
+            key,
+            environment_key("3.11.2", &strings(&["numpy==2.1.1"]), &index)
+        );
         let offline = IndexSettings {
             find_links: vec!["/srv/wheels".into()],
             no_index: true,

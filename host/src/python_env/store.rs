@@ -79,14 +79,15 @@ impl PythonEnvs {
     ) -> Result<Self, SetupError> {
         let cache_dir = cache_dir.ok_or(SetupError::NoCacheDir)?;
         let path = std::env::var_os("PATH");
-        let uv = crate::plan::Allowlist::resolve(std::slice::from_ref(&settings.uv), path.as_deref())
-            .map_err(|e| SetupError::NoInstaller {
-                uv: settings.uv.clone(),
-                reason: e.to_string(),
-            })?
-            .executable(&settings.uv)
-            .map(Path::to_path_buf)
-            .expect("the entry just resolved");
+        let uv =
+            crate::plan::Allowlist::resolve(std::slice::from_ref(&settings.uv), path.as_deref())
+                .map_err(|e| SetupError::NoInstaller {
+                    uv: settings.uv.clone(),
+                    reason: e.to_string(),
+                })?
+                .executable(&settings.uv)
+                .map(Path::to_path_buf)
+                .expect("the entry just resolved");
         let root = cache_dir.join("python");
         let directory = |source| SetupError::Directory {
             path: root.display().to_string(),
@@ -211,9 +212,7 @@ impl PythonEnvs {
                     let inner = self.inner.clone();
                     let (key, python) = (key.to_string(), python.to_path_buf());
                     let task = tokio::spawn(async move {
-                        let built = inner
-                            .build(&key, &python, set, resolution, deadline)
-                            .await;
+                        let built = inner.build(&key, &python, set, resolution, deadline).await;
                         inner.building.lock().expect("builds").remove(&key);
                         built
                     });
@@ -261,7 +260,11 @@ impl Inner {
         }
         self.metrics.python_env_built();
         let started = Instant::now();
-        tracing::info!(key = short(key), ?requirements, "building a Python environment");
+        tracing::info!(
+            key = short(key),
+            ?requirements,
+            "building a Python environment"
+        );
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let tmp = self.root.join(format!(".build-{}-{serial}", short(key)));
         let record = Record {
@@ -339,7 +342,9 @@ impl Inner {
                     cache_bytes = self.cache_bytes,
                     "evicted the least recently used Python environment"
                 ),
-                Err(e) => tracing::warn!(key = short(&key), error = %e, "cannot remove an evicted environment"),
+                Err(e) => {
+                    tracing::warn!(key = short(&key), error = %e, "cannot remove an evicted environment")
+                }
             }
         }
     }

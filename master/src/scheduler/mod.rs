@@ -46,7 +46,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 use trainyard_proto::keys::Keys;
-use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage, PythonEnvironment};
+use trainyard_proto::messages::{
+    AdapterInfo, Hello, HostMessage, MasterMessage, PythonEnvironment,
+};
 use trainyard_proto::redis_link::RedisLink;
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{now_ms, HostId, TaskId, Timers};

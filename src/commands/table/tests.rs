@@ -295,7 +295,10 @@ fn environments_show_their_host_key_requirements_size_and_use() {
         lines[1].contains("gymnasium>=1.0,<2 numpy>=1.26") && lines[1].contains("3 MiB"),
         "{text}"
     );
-    assert!(lines[1].contains("1m30s ago") && lines[1].ends_with('2'), "{text}");
+    assert!(
+        lines[1].contains("1m30s ago") && lines[1].ends_with('2'),
+        "{text}"
+    );
 }
 
 #[test]
