@@ -173,6 +173,22 @@ impl Drop for Database {
     }
 }
 
+/// The `uv` that `make python-tools` installs under the workspace's
+/// `target/`, for tests whose hosts build Python environments.
+pub fn uv() -> PathBuf {
+    let uv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/python-tools/bin/uv")
+        .canonicalize()
+        .unwrap_or_else(|_| {
+            panic!("uv is missing from target/python-tools: run `make python-tools`")
+        });
+    assert!(
+        uv.is_file(),
+        "uv is missing from target/python-tools: run `make python-tools`"
+    );
+    uv
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,20 +218,4 @@ mod tests {
         assert_eq!(server.port(), port);
         assert!(wait_for_port(port, Duration::from_secs(1)).is_some());
     }
-}
-
-/// The `uv` that `make python-tools` installs under the workspace's
-/// `target/`, for tests whose hosts build Python environments.
-pub fn uv() -> PathBuf {
-    let uv = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/python-tools/bin/uv")
-        .canonicalize()
-        .unwrap_or_else(|_| {
-            panic!("uv is missing from target/python-tools: run `make python-tools`")
-        });
-    assert!(
-        uv.is_file(),
-        "uv is missing from target/python-tools: run `make python-tools`"
-    );
-    uv
 }

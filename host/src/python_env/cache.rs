@@ -126,7 +126,7 @@ mod tests {
         std::fs::create_dir_all(building.join("bin")).unwrap();
         std::fs::write(building.join("bin/python"), "x").unwrap();
         let listed = clean_and_list(root.path()).unwrap();
-        assert_eq!(listed, [done.clone()]);
+        assert_eq!(listed, std::slice::from_ref(&done));
         assert!(!half.exists() && !building.exists());
         assert_eq!(size_of(&done), 2);
     }

@@ -282,7 +282,7 @@ fn environments_show_their_host_key_requirements_size_and_use() {
         environments: vec![],
         ..host.clone()
     };
-    assert_eq!(environments_table_at(&[bare.clone()], NOW), "");
+    assert_eq!(environments_table_at(std::slice::from_ref(&bare), NOW), "");
     let text = environments_table_at(&[host, bare], NOW);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
