@@ -262,3 +262,37 @@ async fn a_host_without_the_installer_refuses_to_start_naming_it() {
         "the refusal names the key and what to install:\n{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_index_fails_the_attempt_as_retryable() {
+    let c = TestCluster::start(
+        setup(|s| {
+            offline(s, &["tinypkg"]);
+            // A port nothing listens on: the index cannot be reached.
+            let port = trainyard_testkit::free_port();
+            s.host.python.index_url = Some(format!("http://127.0.0.1:{port}/simple"));
+            s.host.python.find_links = vec![];
+            s.host.python.no_index = false;
+        }),
+        1,
+    )
+    .await;
+    let id = c
+        .submit(
+            json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 2}),
+        )
+        .await;
+    let detail = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
+    let error = detail.task.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("Python environment") && error.contains("127.0.0.1"),
+        "the error carries the installer's reason: {error}"
+    );
+    assert_eq!(
+        detail.attempts.len(),
+        2,
+        "retried, since the index may come back: {:?}",
+        detail.attempts
+    );
+    assert!(entries(&environments_root(&c)).is_empty());
+}
