@@ -19,34 +19,10 @@ const LONG: Duration = Duration::from_secs(180);
 /// The log line a host writes once per environment it builds.
 const BUILD_LINE: &str = "building a Python environment";
 
-/// Writes `tinypkg-1.2.3` as a wheel into a directory of this test run's
-/// and returns the directory: a package no index has, built by hand (a
-/// wheel is a zip with its metadata and a RECORD of hashes).
+/// A wheel directory holding `tinypkg-1.2.3`, a package no index has.
 fn wheel_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-env-wheels");
-    std::fs::create_dir_all(&dir).expect("wheel dir");
-    let script = r#"
-import base64, hashlib, sys, zipfile
-files = {
-    "tinypkg/__init__.py": b"VALUE = 42\n",
-    "tinypkg-1.2.3.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.2.3\n",
-    "tinypkg-1.2.3.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: trainyard-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-for name, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record.append(f"{name},sha256={digest},{len(data)}")
-record.append("tinypkg-1.2.3.dist-info/RECORD,,")
-files["tinypkg-1.2.3.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
-with zipfile.ZipFile(sys.argv[1] + "/tinypkg-1.2.3-py3-none-any.whl", "w") as z:
-    for name, data in files.items():
-        z.writestr(name, data)
-"#;
-    let status = std::process::Command::new("python3")
-        .args(["-c", script, &dir.display().to_string()])
-        .status()
-        .expect("python3 (install the Debian package python3)");
-    assert!(status.success(), "could not write the test wheel");
+    trainyard_testkit::write_tiny_wheel(&dir);
     dir
 }
 

@@ -18,7 +18,7 @@
 //! - [`report`]: rows, the table, figures.
 //! - [`probe`]: CPU and memory of a process, from `/proc`.
 //! - one module per benchmark: [`dispatch`], [`adapter`], [`recovery`],
-//!   [`storm`], [`sweep`], [`memory`].
+//!   [`storm`], [`sweep`], [`memory`], [`containment`], [`python_env`].
 
 pub mod adapter;
 pub mod containment;
@@ -27,6 +27,7 @@ pub mod env;
 pub mod fleet;
 pub mod memory;
 pub mod probe;
+pub mod python_env;
 pub mod recovery;
 pub mod report;
 pub mod storm;
@@ -58,6 +59,8 @@ pub enum Bench {
     Tls,
     /// What containment adds to one attempt, next to `python3 -c pass`.
     Containment,
+    /// Python environments: a cold build, a warm reuse, a reuse after restart.
+    PythonEnv,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -106,7 +109,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 9] = [
+    let steps: [(Bench, &str); 10] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -116,6 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Memory, "memory"),
         (Bench::Tls, "tls"),
         (Bench::Containment, "containment"),
+        (Bench::PythonEnv, "python env"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -132,6 +136,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Memory => memory::run(&env).await,
             Bench::Tls => dispatch::run_tls(&env).await,
             Bench::Containment => containment::run(&env).await,
+            Bench::PythonEnv => python_env::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

@@ -10,7 +10,8 @@
 //!   is already set; a test that needs it fails with a message saying so when
 //!   it is missing or down.
 //!
-//! - [`uv`]: the installer `make python-tools` puts under `target/`.
+//! - [`uv`]: the installer `make python-tools` puts under `target/`, and
+//!   [`write_tiny_wheel`]: a package to build Python environments from offline.
 //!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
@@ -187,6 +188,40 @@ pub fn uv() -> PathBuf {
         "uv is missing from target/python-tools: run `make python-tools`"
     );
     uv
+}
+
+/// Writes the wheel of `tinypkg` 1.2.3 (`import tinypkg; tinypkg.VALUE ==
+/// 42`) into `dir`, a package no index has, so Python environments can be
+/// built offline from it (`find_links`, `no_index`). A wheel is a zip with
+/// its metadata and a RECORD of hashes; python3's `zipfile` writes it.
+pub fn write_tiny_wheel(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("wheel directory");
+    let script = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "tinypkg/__init__.py": b"VALUE = 42\n",
+    "tinypkg-1.2.3.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.2.3\n",
+    "tinypkg-1.2.3.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: trainyard-testkit\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("tinypkg-1.2.3.dist-info/RECORD,,")
+files["tinypkg-1.2.3.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+with zipfile.ZipFile(sys.argv[1] + "/tinypkg-1.2.3-py3-none-any.whl", "w") as z:
+    for name, data in files.items():
+        z.writestr(name, data)
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script, &dir.display().to_string()])
+        .status()
+        .expect("python3 not found: install the Debian package python3");
+    assert!(
+        status.success(),
+        "could not write the tiny wheel into {}",
+        dir.display()
+    );
 }
 
 #[cfg(test)]
