@@ -23,7 +23,7 @@ use std::time::Duration;
 use trainyard_master::model::{Task, TaskDetail, TaskStatus};
 use trainyard_master::scheduler::FreeResources;
 use trainyard_master::search::{SweepDetail, SweepSummary};
-use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::messages::{AdapterInfo, PythonEnvironment};
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::tls::{ClientTls, ServerCheck};
 use trainyard_proto::TaskId;
@@ -57,6 +57,9 @@ pub struct HostView {
     /// The containment layers it enforces on trainers (while connected).
     #[serde(default)]
     pub containment: Vec<String>,
+    /// The Python environments in its cache (while connected).
+    #[serde(default)]
+    pub environments: Vec<PythonEnvironment>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningView>,
 }

@@ -245,11 +245,10 @@ async fn drive(
     Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
 }
 
-/// Adds the CartPole adapter to the hosts, with a `python3` that has its
-/// trainer's requirements: a virtual environment built with uv from the
-/// system's interpreter (which the trainers' unprivileged user can reach) in
-/// the demo's directory, first on the hosts' PATH and readable by every
-/// trainer (each one's `python3` is now this environment's).
+/// Adds the CartPole adapter to the hosts, its entry asking for the
+/// trainer's requirements: each host builds the Python environment with the
+/// uv of `make python-tools` (from the package index, once, into its cache)
+/// and runs the trainer's `python3` from it.
 fn provide_cartpole_python(cluster: &mut Cluster, adapter: &Path) -> anyhow::Result<()> {
     if !adapter.exists() {
         bail!(
@@ -260,61 +259,17 @@ fn provide_cartpole_python(cluster: &mut Cluster, adapter: &Path) -> anyhow::Res
     if !Path::new(UV).exists() {
         bail!("{UV} is missing: run `make python-tools` (it installs uv, which builds CartPole's Python environment)");
     }
-    let python = std::env::split_paths(crate::cluster::SYSTEM_PATH)
-        .map(|d| d.join("python3"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "python3 is not on the system path: install the Debian package `python3`"
-            )
-        })?;
-    let venv = cluster.dir.join("cartpole-env");
-    println!(
-        "Building CartPole's Python environment in {}",
-        venv.display()
-    );
-    let interpreter = venv.join("bin/python");
-    let steps: [Vec<&std::ffi::OsStr>; 2] = [
-        vec![
-            "venv".as_ref(),
-            "--quiet".as_ref(),
-            "--python".as_ref(),
-            python.as_os_str(),
-            venv.as_os_str(),
-        ],
-        vec![
-            "pip".as_ref(),
-            "install".as_ref(),
-            "--quiet".as_ref(),
-            "--python".as_ref(),
-            interpreter.as_os_str(),
-            "-r".as_ref(),
-            CARTPOLE_REQUIREMENTS.as_ref(),
-        ],
-    ];
-    for args in steps {
-        let status = std::process::Command::new(UV).args(&args).status()?;
-        if !status.success() {
-            bail!(
-                "uv {args:?} failed ({status}): CartPole's Python environment could not be built"
-            );
-        }
-    }
-    for (name, value) in &mut cluster.env {
-        if name == "PATH" {
-            *value = format!("{}:{value}", venv.join("bin").display());
-        }
-    }
-    // Every trainer's `python3` is now this environment's: all must read it.
-    cluster.settings.host.containment.read_only.push(venv);
-    cluster
-        .settings
-        .host
-        .adapters
-        .push(crate::settings::AdapterEntry::new(
-            adapter.canonicalize()?,
-            &["python3"],
-        ));
+    let listed = std::fs::read_to_string(CARTPOLE_REQUIREMENTS)?;
+    let requirements = listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    cluster.settings.host.python.uv = std::fs::canonicalize(UV)?.display().to_string();
+    let mut entry = crate::settings::AdapterEntry::new(adapter.canonicalize()?, &["python3"]);
+    entry.python = Some(trainyard_host::python_env::PythonRequirements { requirements });
+    cluster.settings.host.adapters.push(entry);
     Ok(())
 }
 

@@ -87,9 +87,11 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
             path: a.path.clone(),
             programs: a.programs.clone(),
             containment: a.containment(),
+            python: a.python.clone(),
         })
         .collect();
     config.containment = s.host.containment.clone();
+    config.python = s.host.python.clone();
     config.on_adapter_error = match s.host.on_adapter_error {
         OnAdapterError::Refuse => trainyard_host::config::OnAdapterError::Refuse,
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,

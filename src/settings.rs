@@ -134,6 +134,9 @@ pub struct HostSection {
     pub resources: trainyard_host::config::ResourceSettings,
     /// How trainers are contained (`[host.containment]`).
     pub containment: trainyard_host::containment::ContainmentSettings,
+    /// The installer and index of trainers' Python environments
+    /// (`[host.python]`).
+    pub python: trainyard_host::python_env::PythonSettings,
     pub adapters: Vec<AdapterEntry>,
 }
 
@@ -163,6 +166,10 @@ pub struct AdapterEntry {
     /// Overrides of `[host.containment.limits]` for its trainers.
     #[serde(default)]
     pub limits: trainyard_host::containment::Limits,
+    /// The Python environment its trainers run in:
+    /// `python = { requirements = ["numpy>=1.26"] }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<trainyard_host::python_env::PythonRequirements>,
 }
 
 impl AdapterEntry {
@@ -175,6 +182,7 @@ impl AdapterEntry {
             read_only: vec![],
             read_write: vec![],
             limits: Default::default(),
+            python: None,
         }
     }
 
@@ -266,6 +274,7 @@ impl Default for HostSection {
             adapter_log_bytes: 1 << 20,
             resources: Default::default(),
             containment: Default::default(),
+            python: Default::default(),
             adapters: vec![
                 AdapterEntry::new("adapters/dist/python-trainer.wasm", &["python3"]),
                 AdapterEntry::new("adapters/dist/noop.wasm", &["true"]),
@@ -516,6 +525,36 @@ mod tests {
             source.origin("timers.lease_ttl"),
             Origin::Flag("--set timers.lease_ttl".into())
         );
+    }
+
+    #[test]
+    fn python_environments_are_configured_in_the_file_and_the_environment() {
+        let f = with_file(
+            "[host.python]\nfind_links = [\"/srv/wheels\"]\nno_index = true\n\n\
+             [[host.adapters]]\npath = \"adapters/dist/cartpole.wasm\"\nprograms = [\"python3\"]\n\
+             python = { requirements = [\"gymnasium>=1.0,<2\", \"numpy>=1.26\"] }\n",
+        );
+        let (s, _) = Settings::load_from(Inputs {
+            file: Some(f.path().to_path_buf()),
+            env: vec![
+                ("TRAINYARD_HOST__PYTHON__CACHE_BYTES".into(), "1GiB".into()),
+                ("TRAINYARD_HOST__PYTHON__BUILD_TIMEOUT".into(), "2m".into()),
+                ("TRAINYARD_HOST__PYTHON__UV".into(), "/opt/uv/bin/uv".into()),
+            ],
+            ..Inputs::default()
+        })
+        .unwrap();
+        let python = &s.host.python;
+        assert_eq!(python.uv, "/opt/uv/bin/uv");
+        assert_eq!(python.cache_bytes, Some(1 << 30));
+        assert_eq!(python.build_timeout, Duration::from_secs(120));
+        assert_eq!(python.find_links, [PathBuf::from("/srv/wheels")]);
+        assert!(python.no_index && python.index_url.is_none());
+        let wanted = s.host.adapters[0].python.as_ref().unwrap();
+        assert_eq!(wanted.requirements, ["gymnasium>=1.0,<2", "numpy>=1.26"]);
+        let defaults = Settings::default().host.python;
+        assert_eq!(defaults.cache_bytes, Some(20 << 30));
+        assert_eq!(defaults.build_timeout, Duration::from_secs(15 * 60));
     }
 
     #[test]

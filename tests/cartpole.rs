@@ -4,9 +4,9 @@
 //! host killed mid-run has the next attempt resume from the last checkpoint
 //! and finish the curve.
 //!
-//! The trainer imports numpy and gymnasium, so the hosts' `python3` must be
-//! an interpreter that has them: [`provide_trainer_python`] builds one with
-//! uv from the adapter's requirements and puts it first on the hosts' PATH.
+//! The trainer imports numpy and gymnasium: [`provide_trainer_python`] puts
+//! the adapter's requirements in its host entry, and each host builds the
+//! Python environment itself.
 
 // `serial()` holds a std mutex across each whole test on purpose: the
 // multi-process tests take the machine's ports and CPU one at a time.
@@ -18,6 +18,7 @@ use common::{serial, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
+use trainyard_host::python_env::PythonRequirements;
 use trainyard_master::model::{AttemptOutcome, TaskDetail, TaskStatus};
 
 /// A random policy averages about 22 on CartPole-v1; the trainer's default
@@ -44,31 +45,27 @@ async fn cartpole_cluster(hosts: usize) -> TestCluster {
     c
 }
 
-/// Gives the cluster's hosts a `python3` with the trainer's requirements
-/// (`adapters/cartpole/requirements.txt`): a virtual environment built with
-/// uv from the system's interpreter (which the trainer's unprivileged user
-/// can reach, unlike one installed in a home directory), in the cluster's
-/// directory, first on the hosts' PATH (which the allowlist resolves
-/// `python3` on, and which the trainers inherit), readable by every trainer
-/// (each one's `python3` is now this environment's).
+/// Asks the cluster's hosts for the trainer's requirements
+/// (`adapters/cartpole/requirements.txt`) in the adapter's host entry: each
+/// host builds the environment with the `uv` of `make python-tools` from the
+/// package index, caches it, and runs the trainer's `python3` from it.
 fn provide_trainer_python(c: &mut TestCluster) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let system_python = std::env::split_paths(trainyard::cluster::SYSTEM_PATH)
-        .map(|dir| dir.join("python3"))
-        .find(|p| p.exists())
-        .expect("python3 not found on the system path: install the Debian package python3");
-    let venv = trainyard_testkit::python_env(
-        &system_python,
-        &root.join("adapters/cartpole/requirements.txt"),
-        &c.cluster.dir.join("cartpole-venv"),
-    );
-    let bin = venv.join("bin");
-    for (name, value) in &mut c.cluster.env {
-        if name == "PATH" {
-            *value = format!("{}:{value}", bin.display());
-        }
+    let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
+        .expect("adapters/cartpole/requirements.txt");
+    let requirements: Vec<String> = listed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect();
+    let s = &mut c.cluster.settings;
+    s.host.python.uv = trainyard_testkit::uv().display().to_string();
+    for entry in &mut s.host.adapters {
+        entry.python = Some(PythonRequirements {
+            requirements: requirements.clone(),
+        });
     }
-    c.cluster.settings.host.containment.read_only.push(venv);
 }
 
 /// Every progress point of a task, oldest first, once the latest episode

@@ -117,6 +117,7 @@ async fn two_hundred_hosts_all_reregister_spread_out_after_a_master_restart() {
             path: common::adapter("noop"),
             programs: vec!["true".into()],
             containment: Default::default(),
+            python: None,
         }];
         let log = attempts.clone();
         let observer: trainyard_host::connection::AttemptObserver = Arc::new(move |e| {

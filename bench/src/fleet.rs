@@ -78,6 +78,7 @@ impl Fleet {
                     path: path.clone(),
                     programs: programs.clone(),
                     containment: Default::default(),
+                    python: None,
                 })
                 .collect();
             let log = journal.clone();

@@ -18,7 +18,8 @@
 //! - [`report`]: rows, the table, figures.
 //! - [`probe`]: CPU and memory of a process, from `/proc`.
 //! - one module per benchmark: [`dispatch`], [`adapter`], [`recovery`],
-//!   [`storm`], [`sweep`], [`memory`], [`dashboard`].
+//!   [`storm`], [`sweep`], [`memory`], [`containment`], [`dashboard`],
+//!   [`python_env`].
 
 pub mod adapter;
 pub mod containment;
@@ -28,6 +29,7 @@ pub mod env;
 pub mod fleet;
 pub mod memory;
 pub mod probe;
+pub mod python_env;
 pub mod recovery;
 pub mod report;
 pub mod storm;
@@ -62,6 +64,8 @@ pub enum Bench {
     Containment,
     /// The dashboard's first visit with 10,000 tasks, in headless Chromium.
     Dashboard,
+    /// Python environments: a cold build, a warm reuse, a reuse after restart.
+    PythonEnv,
 }
 
 /// Which databases the database-bound benchmarks use.
@@ -110,7 +114,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 10] = [
+    let steps: [(Bench, &str); 11] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -121,6 +125,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Tls, "tls"),
         (Bench::Containment, "containment"),
         (Bench::Dashboard, "dashboard"),
+        (Bench::PythonEnv, "python env"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -138,6 +143,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Tls => dispatch::run_tls(&env).await,
             Bench::Containment => containment::run(&env).await,
             Bench::Dashboard => dashboard::run(&env).await,
+            Bench::PythonEnv => python_env::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

@@ -371,7 +371,16 @@ impl Agent {
 
     fn heartbeat(&mut self) {
         let running = self.running();
-        self.send(HostMessage::Heartbeat { running });
+        let environments = self
+            .env
+            .python
+            .as_ref()
+            .map(|p| p.snapshot())
+            .unwrap_or_default();
+        self.send(HostMessage::Heartbeat {
+            running,
+            environments,
+        });
     }
 
     fn resend_reports(&mut self) {

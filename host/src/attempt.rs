@@ -22,6 +22,7 @@ use crate::logs::LogWriter;
 use crate::plan::{self, Allowlist};
 use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
+use crate::python_env::{EnvInUse, INTERPRETER_PROGRAMS};
 use crate::renewer::{LeaseBook, LeaseState};
 use crate::runtime::{
     AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, LoadedAdapter,
@@ -63,6 +64,8 @@ pub struct AttemptEnv {
     pub metrics: crate::metrics::HostMetrics,
     /// Where the attempt's trainer and adapter lines wait for the master.
     pub logs: Arc<crate::logs::LogBook>,
+    /// The Python environments, when an adapter's entry asks for one.
+    pub python: Option<crate::python_env::PythonEnvs>,
 }
 
 /// An adapter with the programs it may launch.
@@ -72,6 +75,8 @@ pub struct Adapter {
     pub allowlist: Arc<Allowlist>,
     /// How its trainers are contained beyond the host's defaults.
     pub containment: Arc<crate::containment::AdapterContainment>,
+    /// The requirements of the Python environment its trainers run in.
+    pub python: Option<Arc<crate::python_env::PythonRequirements>>,
 }
 
 /// Runs the attempt to its end, with the devices and share in
@@ -370,6 +375,19 @@ impl Run<'_> {
             };
             return self.finish(&mut instance, workspace, &exit).await;
         };
+        // Held until the trainer has ended, so it is not evicted under it.
+        let python_env = match self.python_env(adapter, &command, control).await {
+            Ok(env) => env,
+            Err(outcome) => return outcome,
+        };
+        let (executable, containment) = match &python_env {
+            None => (command.executable.clone(), adapter.containment.clone()),
+            Some(env) => {
+                let mut containment = adapter.containment.as_ref().clone();
+                containment.read_only.push(env.dir().to_path_buf());
+                (env.interpreter(), Arc::new(containment))
+            }
+        };
 
         let mut env: Vec<(String, String)> = self.env.base_env.as_ref().clone();
         for (name, value) in command.env {
@@ -395,13 +413,18 @@ impl Run<'_> {
         let confinement = enforcement.confine(
             &format!("{}-{}", self.attempt.task, self.attempt.attempt),
             workspace.path(),
-            &command.executable,
-            &adapter.containment,
+            &executable,
+            &containment,
             self.assignment,
         );
         let spec = LaunchSpec {
-            executable: command.executable,
-            program_name: command.program,
+            executable,
+            // Python finds its environment from where argv[0] says it is:
+            // a bare `python3` would be looked up on PATH.
+            program_name: match &python_env {
+                Some(env) => env.interpreter().display().to_string(),
+                None => command.program,
+            },
             args: command.args,
             env,
             workspace: workspace.path().to_path_buf(),
@@ -542,6 +565,46 @@ impl Run<'_> {
             duration_ms: exit.duration.as_millis() as u64,
         };
         self.finish(&mut instance, workspace, &report).await
+    }
+
+    /// The Python environment the trainer runs in: for an adapter whose
+    /// entry asks for one, when it launches the interpreter. Built (or
+    /// waited for) here; a cancel or stop order ends the wait.
+    async fn python_env(
+        &self,
+        adapter: &Adapter,
+        command: &plan::ValidCommand,
+        control: &mut mpsc::Receiver<Control>,
+    ) -> Result<Option<EnvInUse>, Outcome> {
+        let (Some(wanted), Some(envs)) = (&adapter.python, &self.env.python) else {
+            return Ok(None);
+        };
+        let launches_python = std::path::Path::new(&command.program)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| INTERPRETER_PROGRAMS.contains(&n));
+        if !launches_python {
+            return Ok(None);
+        }
+        tokio::select! {
+            prepared = envs.prepare(&command.executable, &wanted.requirements) => {
+                prepared.map(Some).map_err(|f| {
+                    failed(
+                        format!("cannot prepare the Python environment: {}", f.message),
+                        f.retryable,
+                    )
+                })
+            }
+            Some(order) = control.recv() => Err(match order {
+                Control::Cancel => Outcome::Cancelled,
+                Control::Stop { reason } => Outcome::LeaseLost {
+                    message: format!("stopped by the master: {reason}"),
+                },
+                Control::Shutdown => {
+                    failed("the host shut down while the Python environment was built", true)
+                }
+            }),
+        }
     }
 
     async fn finish(

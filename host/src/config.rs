@@ -2,6 +2,7 @@
 //! `config.toml`, the environment and flags.
 
 use crate::containment::{AdapterContainment, ContainmentSettings};
+use crate::python_env::{PythonRequirements, PythonSettings};
 use crate::runtime::RuntimeConfig;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +21,8 @@ pub struct AdapterConfig {
     pub programs: Vec<String>,
     /// Its trainers' network, extra paths and limits.
     pub containment: AdapterContainment,
+    /// The Python environment its trainers run in, if any.
+    pub python: Option<PythonRequirements>,
 }
 
 /// What to do when an adapter fails to load.
@@ -74,6 +77,8 @@ pub struct HostConfig {
     pub tls: Option<HostTls>,
     /// Where to serve `/metrics`; off when unset.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The installer and package index of Python environments.
+    pub python: PythonSettings,
 }
 
 /// How the host reaches the master over TLS.
@@ -126,6 +131,7 @@ impl HostConfig {
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
             tls: None,
             metrics_listen: None,
+            python: PythonSettings::default(),
         }
     }
 }

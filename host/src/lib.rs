@@ -14,6 +14,8 @@
 //! - [`process`]: launching and supervising trainer processes.
 //! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
 //!   user, limits).
+//! - [`python_env`]: Python environments the host builds, caches and
+//!   shares read-only between the attempts of adapters that ask for them.
 //! - [`workspace`]: the per-attempt workspace directory.
 //! - [`logs`]: trainer and adapter lines captured per attempt, bounded,
 //!   until the connection ships them to the master.
@@ -31,6 +33,7 @@ pub mod logs;
 pub mod metrics;
 pub mod plan;
 pub mod process;
+pub mod python_env;
 pub mod renewer;
 pub mod runtime;
 pub mod workspace;
@@ -75,6 +78,8 @@ pub enum HostError {
     Resources(String),
     #[error(transparent)]
     Containment(#[from] containment::ContainmentError),
+    #[error(transparent)]
+    Python(#[from] python_env::SetupError),
     #[error("cannot serve metrics on {addr} (host.metrics_listen): {source}")]
     MetricsListen {
         addr: std::net::SocketAddr,
@@ -100,6 +105,7 @@ pub async fn load_adapters(
                 loaded,
                 allowlist: Arc::new(allowlist),
                 containment: Arc::new(spec.containment.clone()),
+                python: spec.python.clone().map(Arc::new),
             })
         }
         .await;
@@ -199,6 +205,16 @@ pub async fn start(
     )?;
     let adapters = load_adapters(&runtime, &config).await?;
     let metrics = metrics::HostMetrics::default();
+    let python = if adapters.values().any(|a| a.python.is_some()) {
+        Some(python_env::PythonEnvs::open(
+            &config.python,
+            config.runtime.cache_dir.as_deref(),
+            config.id.as_str(),
+            metrics.clone(),
+        )?)
+    } else {
+        None
+    };
     let metrics_listener = match config.metrics_listen {
         None => None,
         Some(addr) => Some(
@@ -225,6 +241,7 @@ pub async fn start(
         config: config.clone(),
         enforcement: Arc::new(enforcement.clone()),
         metrics: metrics.clone(),
+        python,
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);

@@ -48,6 +48,7 @@ pub struct HostMetrics {
     trainer_exits: Family<ExitLabels, Counter>,
     running: Gauge,
     reports_resent: Counter,
+    python_env_builds: Counter,
 }
 
 impl Default for HostMetrics {
@@ -80,12 +81,19 @@ impl Default for HostMetrics {
             "Reports sent to the master again because no acknowledgement came (on reconnect and every timers.report_resend_interval).",
             reports_resent.clone(),
         );
+        let python_env_builds = Counter::default();
+        registry.register(
+            "python_env_builds",
+            "Python environments this host started to build (one per key, however many attempts waited for it).",
+            python_env_builds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             adapter_calls,
             trainer_exits,
             running,
             reports_resent,
+            python_env_builds,
         }
     }
 }
@@ -119,6 +127,11 @@ impl HostMetrics {
     /// A report went to the master again.
     pub fn report_resent(&self) {
         self.reports_resent.inc();
+    }
+
+    /// A Python environment build started.
+    pub fn python_env_built(&self) {
+        self.python_env_builds.inc();
     }
 
     /// Counts an attempt as running until the guard is dropped.

@@ -138,7 +138,11 @@ impl FakeHost {
     }
 
     async fn heartbeat(&mut self, running: Vec<RunningAttempt>) {
-        self.send(HostMessage::Heartbeat { running }).await;
+        self.send(HostMessage::Heartbeat {
+            running,
+            environments: vec![],
+        })
+        .await;
     }
 }
 
@@ -459,7 +463,10 @@ async fn strangers_that_send_garbage_are_cut_off_without_harming_connected_hosts
     );
     early.next().await;
     early
-        .send(HostMessage::Heartbeat { running: vec![] })
+        .send(HostMessage::Heartbeat {
+            running: vec![],
+            environments: vec![],
+        })
         .await
         .unwrap();
     assert!(matches!(

@@ -120,6 +120,7 @@ mod tests {
                 leased: true,
                 assignment: Default::default(),
             }],
+            environments: vec![],
         }
     }
 

@@ -42,7 +42,8 @@ pub use timers::Timers;
 /// Version 5 batches progress: an update carries the events before its
 /// newest (`ProgressUpdate::earlier`) instead of the host dropping them.
 /// Version 6 carries the trainers' and adapters' log lines (`Logs`).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// Version 7 lists the host's cached Python environments in each heartbeat.
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

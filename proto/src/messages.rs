@@ -47,6 +47,21 @@ pub struct RunningAttempt {
     pub assignment: Assignment,
 }
 
+/// A Python environment a host has built and keeps in its cache.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonEnvironment {
+    /// The hash of its interpreter, resolved pins and package index, which
+    /// names its directory.
+    pub key: String,
+    /// The requirements it was built for, as the adapter's entry wrote them.
+    pub requirements: Vec<String>,
+    pub size_bytes: u64,
+    /// When an attempt last used it (or it was built).
+    pub last_used_ms: i64,
+    /// How many running attempts use it now.
+    pub in_use: u32,
+}
+
 /// The host's answer to the challenge: who it is, what it can run, what it is
 /// running right now (after a reconnect), and its proof.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -257,6 +272,9 @@ pub enum HostMessage {
     /// Sent every heartbeat interval: what each busy slot runs.
     Heartbeat {
         running: Vec<RunningAttempt>,
+        /// The Python environments in its cache.
+        #[serde(default)]
+        environments: Vec<PythonEnvironment>,
     },
     /// The host holds the attempt's lease and has started it in `slot`
     /// with these devices and this share.

@@ -64,7 +64,13 @@ fn valid_frame() -> Vec<u8> {
         })
         .collect();
     MessageCodec::<MasterMessage, HostMessage>::new(LIMIT)
-        .encode(HostMessage::Heartbeat { running }, &mut buf)
+        .encode(
+            HostMessage::Heartbeat {
+                running,
+                environments: vec![],
+            },
+            &mut buf,
+        )
         .unwrap();
     buf.to_vec()
 }

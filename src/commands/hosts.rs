@@ -1,7 +1,7 @@
 //! `trainyard hosts`: every host the master has seen, what it carries and
 //! what it runs, as a table (or JSON).
 
-use super::table::render_hosts_table;
+use super::table::{render_environments_table, render_hosts_table};
 use crate::client::ApiClient;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -19,6 +19,10 @@ pub async fn run(client: &ApiClient, args: HostsArgs) -> anyhow::Result<()> {
         println!("no host has connected to this master yet");
     } else {
         println!("{}", render_hosts_table(&hosts));
+        let environments = render_environments_table(&hosts);
+        if !environments.is_empty() {
+            println!("\nPython environments:\n{environments}");
+        }
     }
     Ok(())
 }

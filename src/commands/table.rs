@@ -236,6 +236,40 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
     )
 }
 
+/// The Python environments cached on connected hosts: HOST, ENV (the
+/// key's first characters), REQUIREMENTS, SIZE, LAST USED, IN USE (by how
+/// many attempts). Empty when no host holds one.
+pub fn render_environments_table(hosts: &[HostView]) -> String {
+    environments_table_at(hosts, trainyard_proto::now_ms())
+}
+
+/// [`render_environments_table`] as seen at `now_ms`.
+pub fn environments_table_at(hosts: &[HostView], now_ms: i64) -> String {
+    let rows: Vec<Vec<String>> = hosts
+        .iter()
+        .flat_map(|h| h.environments.iter().map(move |e| (h, e)))
+        .map(|(h, e)| {
+            let ago = format::span(Some(e.last_used_ms), Some(now_ms)).unwrap_or_default();
+            vec![
+                h.id.clone(),
+                e.key.chars().take(12).collect(),
+                e.requirements.join(" "),
+                trainyard_proto::resources::memory_text(e.size_bytes),
+                format!("{} ago", format::duration(ago)),
+                e.in_use.to_string(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    plain(
+        &["HOST", "ENV", "REQUIREMENTS", "SIZE", "LAST USED", "IN USE"],
+        &[3, 5],
+        rows,
+    )
+}
+
 /// A task's attempts: ATTEMPT, HOST, DISPATCHED, STARTED, FINISHED, OUTCOME, ERROR.
 pub fn render_attempts_table(attempts: &[Attempt]) -> String {
     let rows = attempts

@@ -4,8 +4,6 @@
 //!   a test may kill, restart, or restart with its data lost (the same code
 //!   as `trainyard demo`'s private Redis).
 //! - [`redis_url`]: `TRAINYARD_TEST_REDIS_URL` if set, else a private server.
-//! - [`python_env`]: a Python virtual environment built with uv, for
-//!   trainers that import libraries.
 //! - [`fresh_sqlite`] and [`fresh_postgres`]: an empty database per test. The
 //!   PostgreSQL server comes from `TRAINYARD_TEST_DATABASE_URL`, which `make
 //!   test` points at a private server (`scripts/with_postgres.py`) unless it
@@ -13,6 +11,8 @@
 //!   it is missing or down.
 //!
 //! - [`browser`]: headless Chromium through WebDriver, for the dashboard.
+//! - [`uv`]: the installer `make python-tools` puts under `target/`, and
+//!   [`write_tiny_wheel`]: a package to build Python environments from offline.
 //!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
@@ -177,6 +177,56 @@ impl Drop for Database {
     }
 }
 
+/// The `uv` that `make python-tools` installs under the workspace's
+/// `target/`, for tests whose hosts build Python environments.
+pub fn uv() -> PathBuf {
+    let uv = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/python-tools/bin/uv")
+        .canonicalize()
+        .unwrap_or_else(|_| {
+            panic!("uv is missing from target/python-tools: run `make python-tools`")
+        });
+    assert!(
+        uv.is_file(),
+        "uv is missing from target/python-tools: run `make python-tools`"
+    );
+    uv
+}
+
+/// Writes the wheel of `tinypkg` 1.2.3 (`import tinypkg; tinypkg.VALUE ==
+/// 42`) into `dir`, a package no index has, so Python environments can be
+/// built offline from it (`find_links`, `no_index`). A wheel is a zip with
+/// its metadata and a RECORD of hashes; python3's `zipfile` writes it.
+pub fn write_tiny_wheel(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("wheel directory");
+    let script = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "tinypkg/__init__.py": b"VALUE = 42\n",
+    "tinypkg-1.2.3.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.2.3\n",
+    "tinypkg-1.2.3.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: trainyard-testkit\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+for name, data in files.items():
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record.append(f"{name},sha256={digest},{len(data)}")
+record.append("tinypkg-1.2.3.dist-info/RECORD,,")
+files["tinypkg-1.2.3.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+with zipfile.ZipFile(sys.argv[1] + "/tinypkg-1.2.3-py3-none-any.whl", "w") as z:
+    for name, data in files.items():
+        z.writestr(name, data)
+"#;
+    let status = std::process::Command::new("python3")
+        .args(["-c", script, &dir.display().to_string()])
+        .status()
+        .expect("python3 not found: install the Debian package python3");
+    assert!(
+        status.success(),
+        "could not write the tiny wheel into {}",
+        dir.display()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,49 +256,4 @@ mod tests {
         assert_eq!(server.port(), port);
         assert!(wait_for_port(port, Duration::from_secs(1)).is_some());
     }
-}
-
-/// A Python virtual environment at `dest`, built by the workspace's uv
-/// (`make python-tools` installs it) from the interpreter `python` with the
-/// packages of the `requirements` file, for tests whose trainers import
-/// libraries. Returns `dest`. A missing uv or a failed build panics with
-/// what to do and the installer's own message.
-pub fn python_env(python: &Path, requirements: &Path, dest: &Path) -> PathBuf {
-    let uv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/python-tools/bin/uv");
-    assert!(
-        uv.exists(),
-        "{} is missing: run `make python-tools` (make test does)",
-        uv.display()
-    );
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = std::process::Command::new(&uv)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", uv.display()));
-        assert!(
-            out.status.success(),
-            "uv {:?} failed ({}): {}",
-            args,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(&[
-        "venv".as_ref(),
-        "--quiet".as_ref(),
-        "--python".as_ref(),
-        python.as_os_str(),
-        dest.as_os_str(),
-    ]);
-    let interpreter = dest.join("bin/python");
-    run(&[
-        "pip".as_ref(),
-        "install".as_ref(),
-        "--quiet".as_ref(),
-        "--python".as_ref(),
-        interpreter.as_os_str(),
-        "-r".as_ref(),
-        requirements.as_os_str(),
-    ]);
-    dest.to_path_buf()
 }

@@ -7,7 +7,7 @@ use crate::scheduler::{FreeResources, HostSnapshot, RunningSnapshot};
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
-use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::messages::{AdapterInfo, PythonEnvironment};
 use trainyard_proto::resources::HostCapacity;
 
 #[derive(Debug, Serialize)]
@@ -25,6 +25,8 @@ pub struct HostView {
     pub agent: String,
     /// The containment layers it enforces on trainers (while connected).
     pub containment: Vec<String>,
+    /// The Python environments in its cache (while connected).
+    pub environments: Vec<PythonEnvironment>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningSnapshot>,
 }
@@ -49,6 +51,7 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>
             adapters: record.adapters,
             agent: record.agent,
             containment: vec![],
+            environments: vec![],
             last_seen_ms: record.last_seen_ms,
             running: vec![],
         });
@@ -69,6 +72,7 @@ fn connected(h: HostSnapshot, now: i64) -> HostView {
         adapters: h.adapters,
         agent: h.agent,
         containment: h.containment,
+        environments: h.environments,
         last_seen_ms: now - h.last_seen_ms_ago as i64,
         running: h.running,
     }

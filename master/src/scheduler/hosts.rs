@@ -156,6 +156,7 @@ impl Scheduler {
             adapters: Arc::from(hello.adapters.clone()),
             agent: hello.agent.clone(),
             containment: hello.containment.clone(),
+            environments: vec![],
             assigned: self.state.assigned_to(&id),
             reported: held(&hello.running),
             connected_at: now,
@@ -247,9 +248,13 @@ impl Scheduler {
         }
         h.last_seen = Instant::now();
         match message {
-            HostMessage::Heartbeat { running } => {
+            HostMessage::Heartbeat {
+                running,
+                environments,
+            } => {
                 if let Some(h) = self.state.hosts.get_mut(host) {
                     h.reported = held(&running);
+                    h.environments = environments;
                 }
                 self.reconcile_running(host, session, &running, cycle);
                 cycle.send(host, session, MasterMessage::HeartbeatAck);

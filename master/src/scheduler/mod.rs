@@ -46,7 +46,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 use trainyard_proto::keys::Keys;
-use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
+use trainyard_proto::messages::{
+    AdapterInfo, Hello, HostMessage, MasterMessage, PythonEnvironment,
+};
 use trainyard_proto::redis_link::RedisLink;
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{now_ms, HostId, TaskId, Timers};
@@ -154,6 +156,8 @@ pub struct HostSnapshot {
     pub agent: String,
     /// The containment layers it enforces on trainers.
     pub containment: Vec<String>,
+    /// The Python environments in its cache.
+    pub environments: Vec<PythonEnvironment>,
     pub connected_for_ms: u64,
     pub last_seen_ms_ago: u64,
     pub running: Vec<RunningSnapshot>,
@@ -891,6 +895,7 @@ impl Scheduler {
                     adapters: h.adapters.to_vec(),
                     agent: h.agent.clone(),
                     containment: h.containment.clone(),
+                    environments: h.environments.clone(),
                     connected_for_ms: h.connected_at.elapsed().as_millis() as u64,
                     last_seen_ms_ago: h.last_seen.elapsed().as_millis() as u64,
                     running,

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
-use trainyard_proto::messages::{AdapterInfo, MasterMessage};
+use trainyard_proto::messages::{AdapterInfo, MasterMessage, PythonEnvironment};
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::{AttemptRef, HostId, TaskId};
 
@@ -76,6 +76,8 @@ pub struct Host {
     pub agent: String,
     /// The containment layers it enforces.
     pub containment: Vec<String>,
+    /// The Python environments in its cache, as its last heartbeat said.
+    pub environments: Vec<PythonEnvironment>,
     /// Attempts the master has given this host and not yet seen end, with
     /// what each asked for.
     pub assigned: HashMap<AttemptRef, Need>,
@@ -277,6 +279,7 @@ mod tests {
             adapters: Arc::from(Vec::new()),
             agent: String::new(),
             containment: vec![],
+            environments: vec![],
             assigned: HashMap::new(),
             reported: HashMap::new(),
             connected_at: Instant::now(),

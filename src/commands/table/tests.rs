@@ -4,7 +4,7 @@ use super::*;
 use crate::client::canned::sample_task;
 use crate::client::RunningView;
 use trainyard_master::model::{AttemptOutcome, ProgressView, ResultView};
-use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::messages::{AdapterInfo, PythonEnvironment};
 
 const NOW: i64 = 1_700_000_000_000;
 
@@ -194,6 +194,7 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         }],
         agent: "trainyard-host/0.1.0".into(),
         containment: vec!["cgroup v2".into(), "landlock abi 6".into()],
+        environments: vec![],
         last_seen_ms: NOW - 1_000,
         running: vec![
             RunningView {
@@ -250,6 +251,54 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
     assert!(lines[2].contains("-/2"), "{text}");
     assert_eq!(&lines[2][columns[4]..columns[4] + 1], MISSING);
     assert!(lines[2].ends_with("10m00s ago"), "{text}");
+}
+
+#[test]
+fn environments_show_their_host_key_requirements_size_and_use() {
+    let environment = PythonEnvironment {
+        key: "0123456789abcdef".repeat(4),
+        requirements: vec!["gymnasium>=1.0,<2".into(), "numpy>=1.26".into()],
+        size_bytes: 3 << 20,
+        last_used_ms: NOW - 90_000,
+        in_use: 2,
+    };
+    let host = HostView {
+        id: "host-1".into(),
+        connected: true,
+        addr: None,
+        slots: 1,
+        free_slots: 1,
+        capacity: None,
+        free: Default::default(),
+        adapters: vec![],
+        agent: String::new(),
+        containment: vec![],
+        environments: vec![environment],
+        last_seen_ms: NOW,
+        running: vec![],
+    };
+    let bare = HostView {
+        id: "host-2".into(),
+        environments: vec![],
+        ..host.clone()
+    };
+    assert_eq!(environments_table_at(std::slice::from_ref(&bare), NOW), "");
+    let text = environments_table_at(&[host, bare], NOW);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let columns = starts(
+        lines[0],
+        &["HOST", "ENV", "REQUIREMENTS", "SIZE", "LAST USED", "IN USE"],
+    );
+    assert_eq!(&lines[1][columns[1]..columns[1] + 13], "0123456789ab ");
+    assert!(
+        lines[1].contains("gymnasium>=1.0,<2 numpy>=1.26") && lines[1].contains("3 MiB"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("1m30s ago") && lines[1].ends_with('2'),
+        "{text}"
+    );
 }
 
 #[test]
