@@ -31,6 +31,7 @@ fn every_benchmark_runs_at_smoke_size() {
         "sweep",
         "memory",
         "dashboard",
+        "python env",
     ] {
         assert!(
             stdout.lines().any(|l| l.contains(&format!(" {bench} "))),
