@@ -260,15 +260,11 @@ fn provide_cartpole_python(cluster: &mut Cluster, adapter: &Path) -> anyhow::Res
         bail!("{UV} is missing: run `make python-tools` (it installs uv, which builds CartPole's Python environment)");
     }
     let listed = std::fs::read_to_string(CARTPOLE_REQUIREMENTS)?;
-    let requirements = listed
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect();
     cluster.settings.host.python.uv = std::fs::canonicalize(UV)?.display().to_string();
     let mut entry = crate::settings::AdapterEntry::new(adapter.canonicalize()?, &["python3"]);
-    entry.python = Some(trainyard_host::python_env::PythonRequirements { requirements });
+    entry.python = Some(trainyard_host::python_env::PythonRequirements::from_lines(
+        &listed,
+    ));
     cluster.settings.host.adapters.push(entry);
     Ok(())
 }

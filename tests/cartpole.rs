@@ -53,18 +53,11 @@ fn provide_trainer_python(c: &mut TestCluster) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
         .expect("adapters/cartpole/requirements.txt");
-    let requirements: Vec<String> = listed
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_string)
-        .collect();
+    let requirements = PythonRequirements::from_lines(&listed);
     let s = &mut c.cluster.settings;
     s.host.python.uv = trainyard_testkit::uv().display().to_string();
     for entry in &mut s.host.adapters {
-        entry.python = Some(PythonRequirements {
-            requirements: requirements.clone(),
-        });
+        entry.python = Some(requirements.clone());
     }
 }
 

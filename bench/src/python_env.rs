@@ -82,14 +82,9 @@ async fn first_episode(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let c = &mut stage.cluster;
     let listed = std::fs::read_to_string(env.adapters.join("../cartpole/requirements.txt"))?;
     let mut entry = trainyard::settings::AdapterEntry::new(env.adapter("cartpole"), &["python3"]);
-    entry.python = Some(trainyard_host::python_env::PythonRequirements {
-        requirements: listed
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(str::to_string)
-            .collect(),
-    });
+    entry.python = Some(trainyard_host::python_env::PythonRequirements::from_lines(
+        &listed,
+    ));
     c.settings.host.adapters = vec![entry];
     c.settings.host.python.uv = trainyard_testkit::uv().display().to_string();
     c.write_config()?;

@@ -74,6 +74,21 @@ pub struct PythonRequirements {
     pub requirements: Vec<String>,
 }
 
+impl PythonRequirements {
+    /// The requirements of a requirements file's text: one per line, blank
+    /// lines and `#` comments skipped.
+    pub fn from_lines(text: &str) -> PythonRequirements {
+        PythonRequirements {
+            requirements: text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+}
+
 /// The programs an attempt launches that mean "the environment's
 /// interpreter".
 pub const INTERPRETER_PROGRAMS: [&str; 2] = ["python3", "python"];
@@ -97,4 +112,18 @@ pub enum SetupError {
         path: String,
         source: std::io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requirements_file_gives_one_requirement_per_line_without_comments() {
+        let text = "# pinned here\ngymnasium>=1.0,<2\n\n  numpy>=1.26,<3  \n";
+        assert_eq!(
+            PythonRequirements::from_lines(text).requirements,
+            ["gymnasium>=1.0,<2", "numpy>=1.26,<3"]
+        );
+    }
 }
