@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{Setup, TestCluster};
-use serde_json::{json, Value};
+use common::{verdict, Setup, TestCluster};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trainyard_master::model::{TaskDetail, TaskStatus};
@@ -36,17 +36,6 @@ fn setup() -> Setup {
 async fn run_script(c: &TestCluster, script: &str) -> u64 {
     c.submit(json!({"adapter": "script-trainer", "params": {"script": script}, "max_attempts": 1}))
         .await
-}
-
-/// The verdict a completed script wrote, as JSON.
-fn verdict(detail: &TaskDetail) -> Value {
-    let summary = detail
-        .task
-        .result
-        .as_ref()
-        .and_then(|r| r.summary.clone())
-        .unwrap_or_default();
-    serde_json::from_str(&summary).unwrap_or_else(|e| panic!("verdict {summary:?}: {e}"))
 }
 
 /// The directory of an attempt's cgroup in the pids hierarchy (v1) or the

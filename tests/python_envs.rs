@@ -6,13 +6,13 @@
 
 mod common;
 
-use common::{Setup, TestCluster};
-use serde_json::{json, Value};
+use common::{verdict, Setup, TestCluster};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trainyard::settings::Settings;
 use trainyard_host::python_env::PythonRequirements;
-use trainyard_master::model::{TaskDetail, TaskStatus};
+use trainyard_master::model::TaskStatus;
 
 const LONG: Duration = Duration::from_secs(180);
 
@@ -64,16 +64,6 @@ except OSError as e:
     wrote = str(e)
 json.dump({"value": tinypkg.VALUE, "prefix": sys.prefix, "wrote": wrote}, open("verdict.txt", "w"))
 "#;
-
-fn verdict(detail: &TaskDetail) -> Value {
-    let summary = detail
-        .task
-        .result
-        .as_ref()
-        .and_then(|r| r.summary.clone())
-        .unwrap_or_default();
-    serde_json::from_str(&summary).unwrap_or_else(|e| panic!("verdict {summary:?}: {e}"))
-}
 
 /// Where the one host of these tests, `host-1`, keeps its environments.
 fn environments_root(c: &TestCluster) -> PathBuf {

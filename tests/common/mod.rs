@@ -588,3 +588,15 @@ pub async fn logged(process: &Process, text: &str, timeout: Duration) -> String 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The verdict a completed `script-trainer` task's script wrote to
+/// `verdict.txt` (the result's summary), as JSON.
+pub fn verdict(detail: &TaskDetail) -> serde_json::Value {
+    let summary = detail
+        .task
+        .result
+        .as_ref()
+        .and_then(|r| r.summary.clone())
+        .unwrap_or_default();
+    serde_json::from_str(&summary).unwrap_or_else(|e| panic!("verdict {summary:?}: {e}"))
+}
