@@ -120,17 +120,15 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
         )
         .await;
     }
-    let listed = b
-        .find(Locator::Css("#task-table"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        listed.contains("dashboard-quick") && listed.contains("dashboard-long"),
-        "{listed}"
-    );
+    // Read in one script: the list is rebuilt as events arrive, so an
+    // element found in one call may be gone by the next.
+    wait_js(
+        &b,
+        "['dashboard-quick', 'dashboard-long'].every((name) => \
+         document.querySelector('#task-table')?.textContent.includes(name))",
+        "the task names in the list",
+    )
+    .await;
     screenshot(&b, "tasks").await;
 
     // The running task's curve gains points from the event stream, with
