@@ -61,6 +61,8 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the effective configuration with each value's source (secrets redacted)
     Config(commands::config::ConfigArgs),
+    /// Write, check and try task adapters on this machine
+    Adapter(commands::adapter::AdapterArgs),
 }
 
 #[derive(Debug, Args)]

@@ -1,11 +1,13 @@
 //! The operator commands that talk to the master's HTTP API: one module per
-//! command, each with its clap `Args` and an async `run(&ApiClient, args)`.
+//! command, each with its clap `Args` and an async `run(&ApiClient, args)`;
+//! and the adapter author's commands ([`adapter`]), which work locally.
 //! Output is plain text that reads the same in a terminal and in a log;
 //! `--json` where offered prints the master's data as JSON instead.
 //!
 //! `table` and `format` shape the output, `follow` follows tasks on the
 //! live event stream (for `watch` and `submit --wait`).
 
+pub mod adapter;
 pub mod cancel;
 pub mod config;
 pub mod follow;

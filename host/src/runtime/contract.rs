@@ -106,21 +106,27 @@ const MAX_DESCRIPTION: usize = 1 << 10;
 const MAX_KINDS: usize = 32;
 const MAX_KIND: usize = 64;
 
+/// Checks an adapter's name: what tasks name it by.
+pub fn check_adapter_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} must be 1 to {MAX_NAME} lower-case letters, digits or '-'",
+            shown(name)
+        ))
+    }
+}
+
 /// Checks an adapter's `describe` answer and splits it into what the
 /// master is told (name, version, kinds) and the description.
 pub fn check_info(info: wit::AdapterInfo) -> Result<(AdapterInfo, String), String> {
-    let name_ok = !info.name.is_empty()
-        && info.name.len() <= MAX_NAME
-        && info
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if !name_ok {
-        return Err(format!(
-            "its name {:?} must be 1 to {MAX_NAME} lower-case letters, digits or '-'",
-            shown(&info.name)
-        ));
-    }
+    check_adapter_name(&info.name).map_err(|e| format!("its name {e}"))?;
     if info.version.is_empty() || info.version.len() > MAX_VERSION || !printable(&info.version) {
         return Err(format!(
             "its version {:?} must be 1 to {MAX_VERSION} printable characters",

@@ -34,6 +34,7 @@ mod types;
 
 pub use adapter::{AdapterInstance, AttemptContext, LoadedAdapter};
 pub use bindings::wit::{Command as PlanCommand, EnvVar, LaunchPlan, WorkspaceFile as PlanFile};
+pub use contract::check_adapter_name;
 pub use error::{AdapterFault, Call, LoadError, RuntimeError};
 pub use types::{
     CheckpointRef, ExitReport, ExitStatus, OutputEvent, TaskFailure, TaskInput, TaskSuccess,

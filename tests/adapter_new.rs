@@ -1,0 +1,146 @@
+//! A new adapter author's path, as the guide walks it: `trainyard adapter
+//! new` makes a project outside the repository, one command builds it, the
+//! conformance suite passes, one local attempt succeeds, and a cluster
+//! whose host loads the component runs a submitted task to COMPLETED.
+
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use common::{serial, Setup, TestCluster};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use trainyard_master::model::TaskStatus;
+
+const NAME: &str = "my-bandit";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn trainyard() -> &'static str {
+    env!("CARGO_BIN_EXE_trainyard")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `trainyard args…` in `dir` with no configuration file, as an author
+/// would in their project.
+fn author_runs(dir: &Path, args: &[&str]) -> Output {
+    Command::new(trainyard())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("TRAINYARD_CONFIG")
+        .output()
+        .expect("run trainyard")
+}
+
+/// Builds the project with its own Makefile. The compiled dependencies stay
+/// in one directory under the repository's target/, so later runs of this
+/// test rebuild only the adapter.
+fn build(project: &Path) {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/adapter-template");
+    let out = Command::new("make")
+        .arg("-C")
+        .arg(project)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("TRAINYARD", trainyard())
+        .output()
+        .expect("run make (install the Debian package make)");
+    assert!(out.status.success(), "make failed: {}", text(&out));
+}
+
+/// `trainyard adapter new` into a fresh directory, built.
+fn new_project(root: &Path) -> PathBuf {
+    let project = root.join(NAME);
+    let out = author_runs(root, &["adapter", "new", NAME]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("make check"));
+    // The contract comes with the project, as this binary's hosts speak it.
+    let vendored = std::fs::read_to_string(project.join("wit/adapter.wit")).unwrap();
+    let ours =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/adapter.wit"))
+            .unwrap();
+    assert_eq!(vendored, ours);
+    build(&project);
+    project
+}
+
+#[test]
+fn a_project_is_never_written_over_and_a_bad_name_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("keep.txt"), "mine").unwrap();
+    let out = author_runs(root.path(), &["adapter", "new", NAME, "--dir", "."]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not empty"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("keep.txt")).unwrap(),
+        "mine"
+    );
+    let out = author_runs(root.path(), &["adapter", "new", "My_Adapter"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lower-case letters"),
+        "{}",
+        text(&out)
+    );
+    assert!(!root.path().join("My_Adapter").exists());
+}
+
+#[tokio::test]
+async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
+    let _serial = serial();
+    let root = tempfile::tempdir().unwrap();
+    let project = new_project(root.path());
+    let component = project.join(format!("dist/{NAME}.wasm"));
+    assert!(component.exists(), "make built no {}", component.display());
+
+    // Shipped to a host like any adapter: an entry in its configuration.
+    let mut c = TestCluster::prepare(Setup::new("sqlite")).await;
+    c.cluster
+        .settings
+        .host
+        .adapters
+        .push(trainyard::settings::AdapterEntry::new(
+            &component,
+            &["python3"],
+        ));
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+
+    let id = c
+        .submit(json!({"adapter": NAME, "params": {"episodes": 40, "arms": 4, "seed": 7}}))
+        .await;
+    let done = c.wait_for_status(id, TaskStatus::Completed, PATIENCE).await;
+    let result = done.task.result.as_ref().expect("a result");
+    let mean = *result
+        .metrics
+        .get("mean_return")
+        .expect("the sample trainer's mean_return");
+    assert!((0.0..=20.0).contains(&mean), "{mean}");
+    let progress = done.task.progress.as_ref().expect("progress");
+    assert_eq!(progress.episode, Some(40));
+
+    // Bad params fail at once, with the adapter's own words.
+    let bad = c
+        .submit(json!({"adapter": NAME, "params": {"episodes": "many"}}))
+        .await;
+    let failed = c.wait_for_status(bad, TaskStatus::Failed, PATIENCE).await;
+    assert_eq!(failed.attempts.len(), 1, "not retried");
+    let reason = failed.task.error.clone().unwrap_or_default();
+    assert!(reason.contains("invalid params"), "{reason}");
+}
