@@ -63,6 +63,47 @@ async fn the_built_adapters_load_and_describe_themselves() {
 }
 
 #[tokio::test]
+async fn components_of_every_contract_version_load_and_declare_what_they_declare() {
+    let runtime = runtime();
+    // Built against 0.1.0 (wit/archive/0.1.0): no metadata export at all.
+    let old = load(&runtime, "script-trainer").await;
+    assert!(old.info().params_schemas.is_empty());
+    assert!(old.info().result_metrics.is_empty());
+    let attempt = Attempt::new(7);
+    let mut instance = old
+        .instantiate(attempt.context.clone())
+        .await
+        .expect("instantiate");
+    let plan = instance
+        .prepare(&task(&attempt, r#"{"script": "print(1)"}"#))
+        .await
+        .expect("no fault")
+        .expect("a plan");
+    assert_eq!(plan.command.expect("a command").program, "python3");
+    // Built against 0.1.1 with the metadata export: its result metrics.
+    let new = load(&runtime, "python-trainer").await;
+    assert!(
+        new.info().params_schemas.is_empty(),
+        "it declares no schema"
+    );
+    for metric in [
+        "mean_return",
+        "success_rate",
+        "eval_episodes",
+        "final_epsilon",
+    ] {
+        assert!(
+            new.info().result_metrics.iter().any(|m| m == metric),
+            "{metric} in {:?}",
+            new.info().result_metrics
+        );
+    }
+    // Built against 0.1.1's core world, which leaves the metadata out.
+    let core = load(&runtime, "noop").await;
+    assert!(core.info().result_metrics.is_empty());
+}
+
+#[tokio::test]
 async fn noop_plans_nothing_or_true_and_succeeds() {
     let runtime = runtime();
     let noop = load(&runtime, "noop").await;

@@ -101,6 +101,7 @@ impl FakeHost {
                 name: "noop".into(),
                 version: "0".into(),
                 kinds: vec!["noop".into()],
+                ..Default::default()
             }],
             running,
             capacity: Default::default(),

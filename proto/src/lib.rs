@@ -9,6 +9,7 @@
 //! - [`auth`]: the HMAC challenge-response that proves a host knows the
 //!   cluster secret without sending it.
 //! - [`keys`]: Redis key names and lease values.
+//! - [`params_schema`]: adapters' params schemas and result metrics.
 //! - [`resources`]: host capacity, task requests and attempt assignments.
 //! - [`redis_link`] (feature `redis`): a Redis connection that survives
 //!   Redis being down at start-up and reconnects after it restarts.
@@ -24,6 +25,7 @@ pub mod frame;
 pub mod ids;
 pub mod keys;
 pub mod messages;
+pub mod params_schema;
 #[cfg(feature = "redis")]
 pub mod redis_link;
 pub mod resources;
@@ -43,7 +45,9 @@ pub use timers::Timers;
 /// newest (`ProgressUpdate::earlier`) instead of the host dropping them.
 /// Version 6 carries the trainers' and adapters' log lines (`Logs`).
 /// Version 7 lists the host's cached Python environments in each heartbeat.
-pub const PROTOCOL_VERSION: u32 = 7;
+/// Version 8 carries what adapters declare: params schemas and result
+/// metrics (`AdapterInfo`).
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -14,6 +14,7 @@
 use crate::ids::{AttemptRef, HostId};
 use crate::resources::{Assignment, HostCapacity, ResourceRequest};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Sent by the master as soon as a host connects.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,11 +26,18 @@ pub struct Challenge {
 }
 
 /// What an adapter the host carries says about itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdapterInfo {
     pub name: String,
     pub version: String,
     pub kinds: Vec<String>,
+    /// A JSON Schema of the params, by task kind, for the kinds it has one
+    /// for (checked by the host: see [`crate::params_schema`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params_schemas: BTreeMap<String, String>,
+    /// The metrics its results may hold; empty when it does not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_metrics: Vec<String>,
 }
 
 /// An attempt a host is running, in which of its slots, and what it holds.

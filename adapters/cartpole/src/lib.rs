@@ -18,6 +18,7 @@ pub mod params;
 use params::CartpoleParams;
 use q_learning::adapter::{self, RunSummary};
 use q_learning::bindings::exports::trainyard::adapter::adapter::Guest;
+use q_learning::bindings::exports::trainyard::adapter::metadata::Guest as MetadataGuest;
 use q_learning::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
@@ -39,6 +40,7 @@ pub const REQUIREMENTS: &str = include_str!("../requirements.txt");
 /// What the trainer's `result.json` holds.
 pub const CARTPOLE_RESULT: ResultShape = ResultShape {
     required: &["mean_return", "best_return", "eval_episodes", "episodes"],
+    also: &["resumed_from"],
     summary,
 };
 
@@ -91,6 +93,16 @@ impl Guest for Cartpole {
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
         adapter::finish(&exit, &CARTPOLE_RESULT)
+    }
+}
+
+impl MetadataGuest for Cartpole {
+    fn params_schema(_kind: String) -> Option<String> {
+        None
+    }
+
+    fn result_metrics() -> Vec<String> {
+        CARTPOLE_RESULT.metrics()
     }
 }
 

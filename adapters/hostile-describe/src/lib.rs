@@ -9,7 +9,7 @@
 mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "task-adapter",
+        world: "adapter-core",
     });
 }
 

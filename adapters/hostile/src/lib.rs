@@ -19,7 +19,7 @@ mod probe;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "task-adapter",
+        world: "adapter-core",
     });
 }
 

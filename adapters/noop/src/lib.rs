@@ -13,7 +13,7 @@ mod params;
 mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "task-adapter",
+        world: "adapter-core",
     });
 }
 

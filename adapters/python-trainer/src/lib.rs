@@ -6,6 +6,7 @@
 
 use q_learning::adapter;
 use q_learning::bindings::exports::trainyard::adapter::adapter::Guest;
+use q_learning::bindings::exports::trainyard::adapter::metadata::Guest as MetadataGuest;
 use q_learning::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
@@ -34,6 +35,18 @@ impl Guest for PythonTrainer {
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
         adapter::finish(&exit, &Q_LEARNING_RESULT)
+    }
+}
+
+/// No params schema: `prepare` validates the params, and the master
+/// learns the result's metrics, for sweeps.
+impl MetadataGuest for PythonTrainer {
+    fn params_schema(_kind: String) -> Option<String> {
+        None
+    }
+
+    fn result_metrics() -> Vec<String> {
+        Q_LEARNING_RESULT.metrics()
     }
 }
 

@@ -38,6 +38,9 @@ const MAX_METRIC_NAME: usize = 128;
 pub struct ResultShape {
     /// Metrics that must be present and numeric.
     pub required: &'static [&'static str],
+    /// Other metrics the trainer writes (every number in `result.json` is
+    /// a metric of the result).
+    pub also: &'static [&'static str],
     /// The summary, given the result's fields (the required ones are there).
     pub summary: fn(&Map<String, Value>) -> String,
 }
@@ -45,6 +48,7 @@ pub struct ResultShape {
 /// The grid-world trainer's result.
 pub const Q_LEARNING_RESULT: ResultShape = ResultShape {
     required: &["mean_return", "success_rate", "eval_episodes"],
+    also: &["episodes", "final_epsilon", "resumed_from"],
     summary: q_learning_summary,
 };
 
@@ -55,6 +59,18 @@ fn q_learning_summary(fields: &Map<String, Value>) -> String {
         number(fields, "eval_episodes"),
         percent(number(fields, "success_rate"))
     )
+}
+
+impl ResultShape {
+    /// Every metric a result of this shape may hold, for the contract's
+    /// `metadata.result-metrics`.
+    pub fn metrics(&self) -> Vec<String> {
+        self.required
+            .iter()
+            .chain(self.also)
+            .map(|m| (*m).to_owned())
+            .collect()
+    }
 }
 
 /// A field of the result as a number (0 when it is not one).

@@ -10,10 +10,14 @@
 //! `python3 trainer.py` in the workspace; whatever it writes to
 //! `verdict.txt` becomes the result's summary, and a non-zero exit fails the
 //! attempt with the end of its stderr.
+//!
+//! It is built against the contract's first version, `0.1.0`, kept in
+//! `wit/archive/0.1.0`: the witness that hosts keep loading and running
+//! components built for an older version of the contract unchanged.
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/archive/0.1.0",
         world: "task-adapter",
     });
 }

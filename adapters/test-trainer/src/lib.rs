@@ -11,6 +11,7 @@ mod hooks;
 
 use q_learning::adapter;
 use q_learning::bindings::exports::trainyard::adapter::adapter::Guest;
+use q_learning::bindings::exports::trainyard::adapter::metadata::Guest as MetadataGuest;
 use q_learning::bindings::trainyard::adapter::types::{
     AdapterInfo, ExitReport, LaunchPlan, Progress, Task, TaskError, TaskResult,
 };
@@ -39,6 +40,18 @@ impl Guest for TestTrainer {
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {
         adapter::finish(&exit, &Q_LEARNING_RESULT)
+    }
+}
+
+/// No params schema: `prepare` validates the params, and the master
+/// learns the result's metrics, for sweeps.
+impl MetadataGuest for TestTrainer {
+    fn params_schema(_kind: String) -> Option<String> {
+        None
+    }
+
+    fn result_metrics() -> Vec<String> {
+        Q_LEARNING_RESULT.metrics()
     }
 }
 

@@ -10,7 +10,7 @@
 //! contract gives: `prepare`, any number of `on_output`, at most one
 //! `finish`. After a fault every later call returns that same fault.
 
-use super::bindings::{wit, TaskAdapterPre};
+use super::bindings::{wit, AdapterPre};
 use super::cache::{self, Origin};
 use super::contract::{self, ContractProblem, HeaderProblem};
 use super::engine::Shared;
@@ -46,7 +46,7 @@ pub struct LoadedAdapter {
 
 struct Loaded {
     shared: Arc<Shared>,
-    pre: TaskAdapterPre<AttemptState>,
+    pre: AdapterPre<AttemptState>,
     /// The name the adapter gave, shared by every log line and fault.
     name: Arc<str>,
     info: AdapterInfo,
@@ -195,45 +195,13 @@ pub async fn load(shared: Arc<Shared>, path: &Path) -> Result<LoadedAdapter, Loa
             message,
         },
     })?;
-
-    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&wasm).into();
-    let known = shared
-        .compiled
-        .lock()
-        .ok()
-        .and_then(|c| c.get(&digest).cloned());
-    // Compiling takes a CPU for a while; keep it off the async workers.
-    let engine = shared.engine.clone();
-    let cache_dir = shared.config.cache_dir.clone();
-    let compiled = match known {
-        Some(component) => Ok(Ok((component, cache::Origin::Memory))),
-        None => {
-            tokio::task::spawn_blocking(move || {
-                cache::compile(&engine, cache_dir.as_deref(), &wasm)
-            })
+    let (component, origin) =
+        compile(&shared, wasm)
             .await
-        }
-    };
-    let (component, origin) = match compiled {
-        Ok(Ok(compiled)) => {
-            if let Ok(mut c) = shared.compiled.lock() {
-                c.insert(digest, compiled.0.clone());
-            }
-            compiled
-        }
-        Ok(Err(e)) => {
-            return Err(LoadError::Corrupt {
-                path,
-                message: format!("{e:#}"),
-            })
-        }
-        Err(join) => {
-            return Err(LoadError::Corrupt {
-                path,
-                message: format!("compilation did not finish: {join}"),
-            })
-        }
-    };
+            .map_err(|message| LoadError::Corrupt {
+                path: path.clone(),
+                message,
+            })?;
 
     let ty = component.component_type();
     let imports = ty.imports(&shared.engine).map(|(name, _)| name);
@@ -256,27 +224,14 @@ pub async fn load(shared: Arc<Shared>, path: &Path) -> Result<LoadedAdapter, Loa
         .linker
         .instantiate_pre(&component)
         .map_err(unsupported)?;
-    let pre = TaskAdapterPre::new(pre).map_err(unsupported)?;
-
-    // Until it has described itself the adapter goes by its file name.
-    let label: Arc<str> = path
-        .file_stem()
-        .map_or_else(|| "adapter".into(), |s| s.to_string_lossy().into());
-    let described = describe(&shared, &pre, label)
-        .await
-        .map_err(|fault| LoadError::Describe {
-            path: path.clone(),
-            fault,
-        })?;
-    let (info, description) =
-        contract::check_info(described).map_err(|problem| LoadError::InvalidInfo {
-            path: path.clone(),
-            problem,
-        })?;
+    let pre = AdapterPre::new(pre).map_err(unsupported)?;
+    let (info, description) = describe(&shared, &pre, &path).await?;
     tracing::info!(
         adapter = %info.name,
         version = %info.version,
         kinds = ?info.kinds,
+        params_schemas = info.params_schemas.len(),
+        result_metrics = info.result_metrics.len(),
         path = %path.display(),
         from_cache = origin == Origin::Cache,
         pooling = shared.pooling,
@@ -295,17 +250,80 @@ pub async fn load(shared: Arc<Shared>, path: &Path) -> Result<LoadedAdapter, Loa
     })
 }
 
-/// `describe`, in an instance of its own with no workspace at all.
+/// The compiled component: from memory, the on-disk cache, or compiled
+/// now (off the async workers: it takes a CPU for a while).
+async fn compile(
+    shared: &Shared,
+    wasm: Vec<u8>,
+) -> Result<(wasmtime::component::Component, Origin), String> {
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&wasm).into();
+    let known = shared
+        .compiled
+        .lock()
+        .ok()
+        .and_then(|c| c.get(&digest).cloned());
+    if let Some(component) = known {
+        return Ok((component, Origin::Memory));
+    }
+    let engine = shared.engine.clone();
+    let cache_dir = shared.config.cache_dir.clone();
+    let compiled =
+        tokio::task::spawn_blocking(move || cache::compile(&engine, cache_dir.as_deref(), &wasm))
+            .await
+            .map_err(|join| format!("compilation did not finish: {join}"))?
+            .map_err(|e| format!("{e:#}"))?;
+    if let Ok(mut c) = shared.compiled.lock() {
+        c.insert(digest, compiled.0.clone());
+    }
+    Ok(compiled)
+}
+
+/// What the adapter says about itself: `describe`, checked, and what its
+/// `metadata` export declares (when it has one), checked too.
 async fn describe(
     shared: &Shared,
-    pre: &TaskAdapterPre<AttemptState>,
+    pre: &AdapterPre<AttemptState>,
+    path: &Path,
+) -> Result<(AdapterInfo, String), LoadError> {
+    let fault = |fault| LoadError::Describe {
+        path: path.to_path_buf(),
+        fault,
+    };
+    let invalid = |problem| LoadError::InvalidInfo {
+        path: path.to_path_buf(),
+        problem,
+    };
+    // Until it has described itself the adapter goes by its file name.
+    let label: Arc<str> = path
+        .file_stem()
+        .map_or_else(|| "adapter".into(), |s| s.to_string_lossy().into());
+    let mut sandbox = describer(shared, pre, label).await.map_err(fault)?;
+    let described = sandbox.describe().await.map_err(fault)?;
+    let (mut info, description) = contract::check_info(described).map_err(invalid)?;
+    if let Some(indices) = &pre.metadata {
+        let declared = sandbox
+            .declared(indices, &info.kinds)
+            .await
+            .map_err(fault)?;
+        trainyard_proto::params_schema::check_declared(&declared.schemas, &declared.metrics)
+            .map_err(invalid)?;
+        info.params_schemas = declared.schemas;
+        info.result_metrics = declared.metrics;
+    }
+    Ok((info, description))
+}
+
+/// The instance `describe` and the metadata calls run in: one of its own,
+/// with no workspace at all.
+async fn describer(
+    shared: &Shared,
+    pre: &AdapterPre<AttemptState>,
     label: Arc<str>,
-) -> Result<wit::AdapterInfo, AdapterFault> {
+) -> Result<Sandbox, AdapterFault> {
     let tags = Tags {
         adapter: label,
         attempt: None,
         capture: None,
     };
-    let mut sandbox = Sandbox::instantiate(shared, pre, tags, None).await?;
-    sandbox.describe().await
+    Sandbox::instantiate(shared, pre, tags, None).await
 }

@@ -166,6 +166,7 @@ pub fn check_info(info: wit::AdapterInfo) -> Result<(AdapterInfo, String), Strin
             name,
             version,
             kinds,
+            ..AdapterInfo::default()
         },
         description,
     ))

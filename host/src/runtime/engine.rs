@@ -8,7 +8,7 @@
 //! refuses the reservation (a low `ulimit -v`, say), the host falls back to
 //! allocating on demand and says so.
 
-use super::bindings::TaskAdapter;
+use super::bindings::AdapterCore;
 use super::error::RuntimeError;
 use super::sandbox::AttemptState;
 use super::RuntimeConfig;
@@ -156,7 +156,7 @@ fn linker(engine: &Engine) -> Result<Linker<AttemptState>, RuntimeError> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| RuntimeError::Linker(format!("{e:#}")))?;
-    TaskAdapter::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
+    AdapterCore::add_to_linker::<_, HasSelf<_>>(&mut linker, |state| state)
         .map_err(|e| RuntimeError::Linker(format!("{e:#}")))?;
     Ok(linker)
 }

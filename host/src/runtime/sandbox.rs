@@ -13,7 +13,7 @@
 //! blocked inside a host call (a WASI sleep, say), where epoch interruption
 //! cannot reach it: the call's future is dropped and the instance is dead.
 
-use super::bindings::{self, wit, LogLevel, TaskAdapter, TaskAdapterPre};
+use super::bindings::{self, metadata, wit, AdapterCore, AdapterPre, LogLevel};
 use super::engine::{Shared, Slot};
 use super::error::{AdapterFault, Call};
 use super::guest_log::{self, Console, GuestOutput, LogBudget, Stream, Tags};
@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::time::timeout;
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Instance, ResourceTable};
 use wasmtime::{Engine, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -69,11 +69,20 @@ pub struct Scope {
 /// that fault: its store may be half-way through anything.
 pub struct Sandbox {
     store: Store<AttemptState>,
-    exports: TaskAdapter,
+    instance: Instance,
+    exports: AdapterCore,
     scope: Scope,
     fault: Option<AdapterFault>,
     /// Held for as long as the instance lives.
     _slot: Slot,
+}
+
+/// What an adapter declares through its `metadata` export.
+#[derive(Debug, Default)]
+pub struct Declared {
+    /// Params schemas by task kind, for the kinds that have one.
+    pub schemas: std::collections::BTreeMap<String, String>,
+    pub metrics: Vec<String>,
 }
 
 /// How a guarded future ended: its own result, or `None` when the backstop
@@ -85,7 +94,7 @@ impl Sandbox {
     /// it is guarded like a call).
     pub async fn instantiate(
         shared: &Shared,
-        pre: &TaskAdapterPre<AttemptState>,
+        pre: &AdapterPre<AttemptState>,
         tags: Tags,
         workspace: Option<&Path>,
     ) -> Result<Sandbox, AdapterFault> {
@@ -113,12 +122,16 @@ impl Sandbox {
         let mut store =
             new_store(&shared.engine, config, tags, workspace).map_err(instantiation)?;
         arm(&mut store, &scope);
-        let outcome = timeout(backstop(&scope), pre.instantiate_async(&mut store))
-            .await
-            .ok();
-        let exports = settle(&mut store, &scope, Call::Instantiate, outcome)?;
+        let instantiation = async {
+            let instance = pre.instance_pre.instantiate_async(&mut store).await?;
+            let exports = pre.core.load(&mut store, &instance)?;
+            Ok((instance, exports))
+        };
+        let outcome = timeout(backstop(&scope), instantiation).await.ok();
+        let (instance, exports) = settle(&mut store, &scope, Call::Instantiate, outcome)?;
         Ok(Sandbox {
             store,
+            instance,
             exports,
             scope,
             fault: None,
@@ -137,6 +150,50 @@ impl Sandbox {
         .await
         .ok();
         self.settle(Call::Describe, outcome)
+    }
+
+    /// The `metadata` export's answers: the params schema of each of
+    /// `kinds` that has one, and the result metrics. Each call runs under
+    /// its own deadline, like `describe`.
+    pub async fn declared(
+        &mut self,
+        indices: &metadata::AdapterMetadataIndices,
+        kinds: &[String],
+    ) -> Result<Declared, AdapterFault> {
+        self.ready()?;
+        let loaded = indices.load(&mut self.store, &self.instance);
+        let meta = match loaded {
+            Ok(meta) => meta,
+            Err(e) => {
+                return Err(self.poison(AdapterFault::Instantiation {
+                    adapter: self.scope.adapter.to_string(),
+                    message: format!("its metadata export: {e:#}"),
+                }))
+            }
+        };
+        let exports = meta.trainyard_adapter_metadata();
+        let mut schemas = std::collections::BTreeMap::new();
+        for kind in kinds {
+            arm(&mut self.store, &self.scope);
+            let outcome = timeout(
+                backstop(&self.scope),
+                exports.call_params_schema(&mut self.store, kind),
+            )
+            .await
+            .ok();
+            if let Some(schema) = self.settle(Call::Describe, outcome)? {
+                schemas.insert(kind.clone(), schema);
+            }
+        }
+        arm(&mut self.store, &self.scope);
+        let outcome = timeout(
+            backstop(&self.scope),
+            exports.call_result_metrics(&mut self.store),
+        )
+        .await
+        .ok();
+        let metrics = self.settle(Call::Describe, outcome)?;
+        Ok(Declared { schemas, metrics })
     }
 
     pub async fn prepare(

@@ -5,7 +5,7 @@
 use super::error::{ApiError, Body};
 use super::tasks::{SubmitTask, MAX_BATCH};
 use super::AppState;
-use crate::model::NewTask;
+use crate::model::{HostRecord, NewTask};
 use crate::scheduler::{CancelOutcome, SubmitError};
 use crate::search::spec::{self, Expansion, SweepSpec};
 use crate::search::{self, NewSweep, SweepDetail, SweepId, SweepSummary};
@@ -14,6 +14,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 /// Checks a spec and turns it into the sweep and its trials' tasks.
 fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<NewTask>), String> {
@@ -62,16 +63,11 @@ pub async fn create(
     Body(spec): Body<SweepSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (sweep, tasks) = plan(spec, app.default_max_attempts).map_err(ApiError::unprocessable)?;
+    let hosts = app.store.hosts().await?;
+    let declared = declared_metrics(&hosts, &sweep.adapter);
     let reported = app.store.reported_metrics(&sweep.adapter).await?;
-    if !reported.is_empty() && !reported.contains(&sweep.metric) {
-        return Err(ApiError::unprocessable(format!(
-            "{} never reported a metric {:?}; its completed tasks report {}",
-            sweep.adapter,
-            sweep.metric,
-            reported.into_iter().collect::<Vec<_>>().join(", ")
-        )));
-    }
-    let metric_checked = !reported.is_empty();
+    let metric_checked = check_metric(&sweep.adapter, &sweep.metric, &declared, &reported)
+        .map_err(ApiError::unprocessable)?;
     let configs = serde_json::from_str::<Vec<Value>>(&sweep.configs).map_or(0, |c| c.len());
     let created = app
         .scheduler
@@ -194,5 +190,84 @@ mod tests {
         }))
         .unwrap();
         assert!(plan(spec, 3).unwrap_err().contains("max_attempts"));
+    }
+}
+
+/// The metrics `adapter`'s results may hold, as the versions hosts have
+/// carried declare them (contract 0.1.1); empty when none declares any.
+fn declared_metrics(hosts: &[HostRecord], adapter: &str) -> BTreeSet<String> {
+    hosts
+        .iter()
+        .flat_map(|h| &h.adapters)
+        .filter(|a| a.name == adapter)
+        .flat_map(|a| a.result_metrics.iter().cloned())
+        .collect()
+}
+
+/// Whether a sweep's metric is one the adapter reports: against what its
+/// versions declare, or else what its completed tasks have reported.
+/// `Ok(true)` when it was checked, `Ok(false)` when there was nothing to
+/// check it against yet.
+fn check_metric(
+    adapter: &str,
+    metric: &str,
+    declared: &BTreeSet<String>,
+    reported: &BTreeSet<String>,
+) -> Result<bool, String> {
+    let list = |names: &BTreeSet<String>| names.iter().cloned().collect::<Vec<_>>().join(", ");
+    if !declared.is_empty() {
+        if declared.contains(metric) {
+            return Ok(true);
+        }
+        return Err(format!(
+            "{adapter} never reports a metric {metric:?}; it declares {}",
+            list(declared)
+        ));
+    }
+    if reported.is_empty() {
+        return Ok(false);
+    }
+    if reported.contains(metric) {
+        return Ok(true);
+    }
+    Err(format!(
+        "{adapter} never reported a metric {metric:?}; its completed tasks report {}",
+        list(reported)
+    ))
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::check_metric;
+    use std::collections::BTreeSet;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_declared_list_wins_over_what_completed_tasks_reported() {
+        let declared = set(&["mean_return", "success_rate"]);
+        assert_eq!(
+            check_metric("a", "mean_return", &declared, &set(&[])),
+            Ok(true)
+        );
+        let refused = check_metric("a", "mean_retrun", &declared, &set(&["mean_retrun"]));
+        assert_eq!(
+            refused,
+            Err(
+                "a never reports a metric \"mean_retrun\"; it declares mean_return, success_rate"
+                    .into()
+            )
+        );
+        assert_eq!(
+            check_metric("a", "loss", &set(&[]), &set(&["loss"])),
+            Ok(true)
+        );
+        assert!(check_metric("a", "loss", &set(&[]), &set(&["acc"])).is_err());
+        assert_eq!(
+            check_metric("a", "anything", &set(&[]), &set(&[])),
+            Ok(false)
+        );
     }
 }

@@ -256,6 +256,7 @@ mod tests {
             name: "a".into(),
             version: "1".into(),
             kinds: vec!["k".into()],
+            ..Default::default()
         }];
         let seen = || {
             [SeenHost {

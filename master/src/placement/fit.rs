@@ -130,6 +130,7 @@ pub(crate) mod tests {
                 name: "a".into(),
                 version: "1".into(),
                 kinds: vec!["k".into()],
+                ..Default::default()
             }]),
             total,
             free: Room {

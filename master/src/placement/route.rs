@@ -7,9 +7,11 @@
 //! submission is checked against. Versions are kept so that routing on a
 //! version is a change to [`Route`] and [`Route::served_by`] alone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::params_schema::ParamsSchema;
 
 /// The adapter and kind a task needs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,6 +59,21 @@ pub enum RouteError {
         kind: String,
         kinds: Vec<String>,
     },
+    /// The params fail the schema a version of the adapter declares.
+    #[error("{problem} (the params schema of {adapter} {version}, kind {kind})")]
+    InvalidParams {
+        adapter: String,
+        version: String,
+        kind: String,
+        problem: String,
+    },
+}
+
+/// A params schema as a host declared it, compiled once.
+#[derive(Clone, Debug)]
+struct Schema {
+    text: String,
+    compiled: Arc<ParamsSchema>,
 }
 
 /// One adapter as hosts have described it.
@@ -67,6 +84,38 @@ struct Known {
     /// Every kind any version has offered, in the order first seen: the
     /// first is the default kind.
     kinds: Vec<String>,
+    /// Params schemas by version and kind.
+    schemas: BTreeMap<(String, String), Schema>,
+    /// Every metric any version declares its results may hold.
+    metrics: BTreeSet<String>,
+}
+
+impl Known {
+    /// Keeps the schemas `a` declares, compiling only those that changed.
+    /// A schema that does not compile (hosts check them; an old or buggy
+    /// one might not) is left out, so it cannot refuse every submission.
+    fn learn_schemas(&mut self, a: &AdapterInfo) {
+        for (kind, text) in &a.params_schemas {
+            let key = (a.version.clone(), kind.clone());
+            if self.schemas.get(&key).is_some_and(|s| s.text == *text) {
+                continue;
+            }
+            match ParamsSchema::compile(text) {
+                Ok(compiled) => {
+                    self.schemas.insert(
+                        key,
+                        Schema {
+                            text: text.clone(),
+                            compiled: Arc::new(compiled),
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(adapter = %a.name, version = %a.version, %kind, "ignoring a params schema that {e}")
+                }
+            }
+        }
+    }
 }
 
 /// Adapters some host carries or has carried, and those the operator
@@ -92,7 +141,49 @@ impl Catalog {
                     known.kinds.push(kind.clone());
                 }
             }
+            known.learn_schemas(a);
+            known.metrics.extend(a.result_metrics.iter().cloned());
         }
+    }
+
+    /// Checks a task's params (a JSON object as text) against the schema
+    /// every known version of its adapter declares for its kind: a task
+    /// may run on a host carrying any of them.
+    pub fn check_params(&self, route: &Route, params: &str) -> Result<(), RouteError> {
+        let Some(known) = self.adapters.get(&route.adapter) else {
+            return Ok(());
+        };
+        let mut schemas = known
+            .schemas
+            .iter()
+            .filter(|((_, kind), _)| *kind == route.kind)
+            .peekable();
+        if schemas.peek().is_none() {
+            return Ok(());
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(params).unwrap_or(serde_json::Value::Null);
+        for ((version, kind), schema) in schemas {
+            schema
+                .compiled
+                .check(&value)
+                .map_err(|problem| RouteError::InvalidParams {
+                    adapter: route.adapter.clone(),
+                    version: version.clone(),
+                    kind: kind.clone(),
+                    problem,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The metrics `adapter`'s results may hold, as its versions declare
+    /// them; empty when none declares any.
+    pub fn declared_metrics(&self, adapter: &str) -> Vec<String> {
+        self.adapters
+            .get(adapter)
+            .map(|k| k.metrics.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The route of a submission: the adapter must be known, and the kind
@@ -139,6 +230,7 @@ mod tests {
             name: name.into(),
             version: version.into(),
             kinds: kinds.iter().map(|k| k.to_string()).collect(),
+            ..Default::default()
         }
     }
 
@@ -176,6 +268,51 @@ mod tests {
             c.resolve("ppo", ""),
             Err(RouteError::UnknownAdapter { .. })
         ));
+    }
+
+    #[test]
+    fn params_must_satisfy_the_schema_of_every_version_that_declares_one() {
+        let mut c = Catalog::default();
+        let mut old = info("ppo", "1.0.0", &["train"]);
+        old.params_schemas.insert(
+            "train".into(),
+            r#"{"type": "object", "properties": {"lr": {"type": "number"}}}"#.into(),
+        );
+        old.result_metrics = vec!["mean_return".into()];
+        c.learn(&[old]);
+        let route = c.resolve("ppo", "train").unwrap();
+        assert_eq!(c.check_params(&route, r#"{"lr": 0.1}"#), Ok(()));
+        let refused = c.check_params(&route, r#"{"lr": "fast"}"#).unwrap_err();
+        assert!(
+            refused.to_string().starts_with("invalid params at /lr:")
+                && refused.to_string().contains("ppo 1.0.0"),
+            "{refused}"
+        );
+        // A newer version with a stricter schema: both must accept.
+        let mut new = info("ppo", "2.0.0", &["train"]);
+        new.params_schemas.insert(
+            "train".into(),
+            r#"{"type": "object", "properties": {"lr": {"maximum": 0.05}}}"#.into(),
+        );
+        new.result_metrics = vec!["loss".into()];
+        c.learn(&[new]);
+        assert!(c.check_params(&route, r#"{"lr": 0.1}"#).is_err());
+        assert_eq!(c.check_params(&route, r#"{"lr": 0.01}"#), Ok(()));
+        assert_eq!(c.declared_metrics("ppo"), ["loss", "mean_return"]);
+        // No schema for a kind, or for an adapter: anything goes.
+        assert_eq!(c.check_params(&Route::new("ppo", "eval"), "{}"), Ok(()));
+        assert_eq!(c.check_params(&Route::new("dqn", ""), "[]"), Ok(()));
+        assert!(c.declared_metrics("dqn").is_empty());
+    }
+
+    #[test]
+    fn a_schema_that_does_not_compile_is_left_out() {
+        let mut c = Catalog::default();
+        let mut broken = info("ppo", "1.0.0", &["train"]);
+        broken.params_schemas.insert("train".into(), "{".into());
+        c.learn(&[broken]);
+        let route = c.resolve("ppo", "train").unwrap();
+        assert_eq!(c.check_params(&route, r#"{"anything": 1}"#), Ok(()));
     }
 
     #[test]

@@ -561,6 +561,7 @@ impl Scheduler {
     /// kind (the adapter's first when it named none).
     fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
         let route = self.state.catalog.resolve(&task.adapter, &task.kind)?;
+        self.state.catalog.check_params(&route, &task.params)?;
         let seen = self
             .state
             .known_hosts

@@ -140,6 +140,7 @@ mod tests {
                 name: "python-trainer".into(),
                 version: "0.1.0".into(),
                 kinds: vec!["q-learning".into()],
+                ..Default::default()
             }],
             running: vec![],
             capacity: Default::default(),

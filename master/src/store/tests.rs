@@ -870,6 +870,7 @@ async fn hosts_upsert_keeps_first_seen(store: Store) {
             name: "ppo".into(),
             version: "1.0.0".into(),
             kinds: vec!["train".into(), "eval".into()],
+            ..Default::default()
         }],
         agent: "trainyard-host/0.1.0".into(),
         first_seen_ms: NOW,

@@ -191,6 +191,7 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
             name: "python-trainer".into(),
             version: "0.1.0".into(),
             kinds: vec!["train".into()],
+            ..Default::default()
         }],
         agent: "trainyard-host/0.1.0".into(),
         containment: vec!["cgroup v2".into(), "landlock abi 6".into()],
