@@ -14,6 +14,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+use trainyard::client::ClientError;
 use trainyard_master::model::TaskStatus;
 
 const NAME: &str = "my-bandit";
@@ -43,19 +44,20 @@ fn author_runs(dir: &Path, args: &[&str]) -> Output {
         .expect("run trainyard")
 }
 
-/// Builds the project with its own Makefile. The compiled dependencies stay
+/// Runs a goal of the project's own Makefile. The compiled dependencies stay
 /// in one directory under the repository's target/, so later runs of this
 /// test rebuild only the adapter.
-fn build(project: &Path) {
+fn make(project: &Path, goal: &str) {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/adapter-template");
     let out = Command::new("make")
         .arg("-C")
         .arg(project)
+        .arg(goal)
         .env("CARGO_TARGET_DIR", &target)
         .env("TRAINYARD", trainyard())
         .output()
         .expect("run make (install the Debian package make)");
-    assert!(out.status.success(), "make failed: {}", text(&out));
+    assert!(out.status.success(), "make {goal} failed: {}", text(&out));
 }
 
 /// `trainyard adapter new` into a fresh directory, built.
@@ -70,7 +72,9 @@ fn new_project(root: &Path) -> PathBuf {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("wit/adapter.wit"))
             .unwrap();
     assert_eq!(vendored, ours);
-    build(&project);
+    make(&project, "build");
+    // The project's own unit tests pass as generated.
+    make(&project, "test");
     project
 }
 
@@ -135,12 +139,47 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
     let progress = done.task.progress.as_ref().expect("progress");
     assert_eq!(progress.episode, Some(40));
 
-    // Bad params fail at once, with the adapter's own words.
-    let bad = c
-        .submit(json!({"adapter": NAME, "params": {"episodes": "many"}}))
-        .await;
-    let failed = c.wait_for_status(bad, TaskStatus::Failed, PATIENCE).await;
-    assert_eq!(failed.attempts.len(), 1, "not retried");
-    let reason = failed.task.error.clone().unwrap_or_default();
-    assert!(reason.contains("invalid params"), "{reason}");
+    // The adapter declares a schema of its params: bad ones are refused at
+    // submit, naming the field, and never reach a host.
+    let before = c.client().tasks(None, None, Some(100), None).await.unwrap().len();
+    for (params, field) in [
+        (json!({"episodes": "many"}), "/episodes"),
+        (json!({"arms": 1}), "/arms"),
+        (json!({"epsilon": 0.1, "episods": 3}), "episods"),
+    ] {
+        match c.client().submit(&json!({"adapter": NAME, "params": params})).await {
+            Err(ClientError::Refused { status, message }) => {
+                assert_eq!(status, 422, "{message}");
+                assert!(
+                    message.contains("invalid params") && message.contains(field),
+                    "{params}: {message}"
+                );
+            }
+            other => panic!("{params} was not refused: {other:?}"),
+        }
+    }
+    let after = c.client().tasks(None, None, Some(100), None).await.unwrap().len();
+    assert_eq!(before, after, "nothing was stored");
+
+    // And the metrics its results hold: a sweep on another is refused.
+    match c
+        .client()
+        .create_sweep(&json!({"adapter": NAME, "metric": "mean_retrun", "seeds": 2}))
+        .await
+    {
+        Err(ClientError::Refused { status, message }) => {
+            assert_eq!(status, 422, "{message}");
+            assert!(message.contains("it declares best_possible, episodes, mean_return"), "{message}");
+        }
+        other => panic!("the sweep was not refused: {other:?}"),
+    }
+    let sweep = c
+        .client()
+        .create_sweep(&json!({
+            "adapter": NAME, "metric": "mean_return", "seeds": 2,
+            "params": {"episodes": 10},
+        }))
+        .await
+        .expect("a sweep on a declared metric");
+    assert!(sweep.metric_checked);
 }

@@ -92,8 +92,8 @@ async fn a_sweep_ranks_its_configurations_over_seeds(backend: &'static str) {
     .expect("the created sweep as JSON");
     assert_eq!((answer.configs, answer.trials), (2, 4));
     assert!(
-        !answer.metric_checked,
-        "nothing completed yet to check it against"
+        answer.metric_checked,
+        "checked against the metrics the adapter declares"
     );
 
     let done = wait_for_sweep(
@@ -167,7 +167,8 @@ async fn a_sweep_ranks_its_configurations_over_seeds(backend: &'static str) {
         "{listed}"
     );
 
-    // Now that the adapter has reported its metrics, a misspelt one is refused.
+    // A misspelt metric is refused: the adapter declares the ones its
+    // results hold.
     let before = c
         .client()
         .tasks(None, None, Some(1000), None)
@@ -180,7 +181,7 @@ async fn a_sweep_ranks_its_configurations_over_seeds(backend: &'static str) {
     )
     .await;
     assert!(
-        message.contains("never reported a metric \"mean_retrun\""),
+        message.contains("never reports a metric \"mean_retrun\""),
         "{message}"
     );
     assert!(message.contains("mean_return"), "{message}");

@@ -280,8 +280,8 @@ pub async fn run(client: &ApiClient, args: SweepArgs) -> anyhow::Result<()> {
                 );
                 if !created.metric_checked {
                     println!(
-                        "note: no task of this adapter has completed yet, so the metric could not \
-                         be checked against what it reports"
+                        "note: the adapter declares no result metrics and none of its tasks has \
+                         completed yet, so the metric could not be checked against what it reports"
                     );
                 }
                 println!("follow it with: trainyard sweep show {}", created.id);

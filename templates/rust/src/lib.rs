@@ -13,6 +13,7 @@ mod bindings {
 }
 
 use bindings::exports::trainyard::adapter::adapter::Guest;
+use bindings::exports::trainyard::adapter::metadata::Guest as MetadataGuest;
 use bindings::trainyard::adapter::host::{log, LogLevel};
 use bindings::trainyard::adapter::types::{
     AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Metric, Progress, Task, TaskError,
@@ -48,19 +49,52 @@ impl Default for Params {
     }
 }
 
+/// The bounds of the params: the one place they are written. `prepare`
+/// checks them, and the schema the master checks submissions against
+/// ([`params_schema`]) is made from them.
+const EPISODES: (u32, u32) = (1, 100_000);
+const ARMS: (u32, u32) = (2, 1000);
+const EPSILON: (f64, f64) = (0.0, 1.0);
+
+/// The metrics `finish` reports: every number the trainer's `result.json`
+/// holds.
+const RESULT_METRICS: &[&str] = &["mean_return", "best_possible", "episodes"];
+
+/// The params as a JSON Schema, for the contract's `metadata` export: the
+/// master refuses a submission that fails it before any host sees it.
+fn params_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "episodes": {"type": "integer", "minimum": EPISODES.0, "maximum": EPISODES.1},
+            "arms": {"type": "integer", "minimum": ARMS.0, "maximum": ARMS.1},
+            "epsilon": {"type": "number", "minimum": EPSILON.0, "maximum": EPSILON.1},
+            "seed": {"type": "integer", "minimum": 0},
+        },
+    })
+}
+
 /// Parses and checks a task's params (a JSON object).
 fn parse_params(json: &str) -> Result<Params, String> {
     let params: Params = serde_json::from_str(json).map_err(|e| format!("invalid params: {e}"))?;
-    if !(1..=100_000).contains(&params.episodes) {
-        return Err("invalid params: \"episodes\" must be 1 to 100000".into());
-    }
-    if !(2..=1000).contains(&params.arms) {
-        return Err("invalid params: \"arms\" must be 2 to 1000".into());
-    }
-    if !(0.0..=1.0).contains(&params.epsilon) {
-        return Err("invalid params: \"epsilon\" must be in [0, 1]".into());
-    }
+    within("episodes", params.episodes, EPISODES)?;
+    within("arms", params.arms, ARMS)?;
+    within("epsilon", params.epsilon, EPSILON)?;
     Ok(params)
+}
+
+fn within<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    (min, max): (T, T),
+) -> Result<(), String> {
+    if value < min || value > max {
+        return Err(format!(
+            "invalid params: {key:?} must be {min} to {max}, got {value}"
+        ));
+    }
+    Ok(())
 }
 
 /// One line of the trainer's protocol: `{"episode": N, "episodes": T,
@@ -204,6 +238,16 @@ impl Guest for Adapter {
     }
 }
 
+impl MetadataGuest for Adapter {
+    fn params_schema(_kind: String) -> Option<String> {
+        Some(params_schema().to_string())
+    }
+
+    fn result_metrics() -> Vec<String> {
+        RESULT_METRICS.iter().map(|m| (*m).into()).collect()
+    }
+}
+
 bindings::export!(Adapter with_types_in bindings);
 
 #[cfg(test)]
@@ -223,6 +267,18 @@ mod tests {
         ] {
             assert!(parse_params(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_schema_covers_every_param() {
+        let schema = params_schema();
+        let mut described: Vec<&String> =
+            schema["properties"].as_object().unwrap().keys().collect();
+        let defaults = serde_json::to_value(Params::default()).unwrap();
+        let mut params: Vec<&String> = defaults.as_object().unwrap().keys().collect();
+        described.sort();
+        params.sort();
+        assert_eq!(described, params);
     }
 
     #[test]
