@@ -112,6 +112,7 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
     config.stderr_tail_bytes = s.host.stderr_tail_bytes;
     config.progress_interval = s.host.progress_interval;
     config.keep_workspaces = s.host.keep_workspaces;
+    config.watch_adapters = s.host.watch_adapters;
     config.metrics_listen = s.host.metrics_listen;
     config.max_frame_bytes = s.host.max_frame_bytes;
     config.tls = crate::tls::host(s)?;

@@ -122,6 +122,8 @@ pub struct HostSection {
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
     pub keep_workspaces: bool,
+    #[serde(with = "humantime_serde")]
+    pub watch_adapters: Duration,
     pub max_frame_bytes: usize,
     pub adapter_memory_bytes: u64,
     #[serde(with = "humantime_serde")]
@@ -265,6 +267,7 @@ impl Default for HostSection {
             stderr_tail_bytes: 8 << 10,
             progress_interval: Duration::from_millis(250),
             keep_workspaces: false,
+            watch_adapters: Duration::from_secs(2),
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
             adapter_memory_bytes: 64 << 20,
             adapter_call_timeout: Duration::from_secs(5),

@@ -141,13 +141,22 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
 
     // The adapter declares a schema of its params: bad ones are refused at
     // submit, naming the field, and never reach a host.
-    let before = c.client().tasks(None, None, Some(100), None).await.unwrap().len();
+    let before = c
+        .client()
+        .tasks(None, None, Some(100), None)
+        .await
+        .unwrap()
+        .len();
     for (params, field) in [
         (json!({"episodes": "many"}), "/episodes"),
         (json!({"arms": 1}), "/arms"),
         (json!({"epsilon": 0.1, "episods": 3}), "episods"),
     ] {
-        match c.client().submit(&json!({"adapter": NAME, "params": params})).await {
+        match c
+            .client()
+            .submit(&json!({"adapter": NAME, "params": params}))
+            .await
+        {
             Err(ClientError::Refused { status, message }) => {
                 assert_eq!(status, 422, "{message}");
                 assert!(
@@ -158,7 +167,12 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
             other => panic!("{params} was not refused: {other:?}"),
         }
     }
-    let after = c.client().tasks(None, None, Some(100), None).await.unwrap().len();
+    let after = c
+        .client()
+        .tasks(None, None, Some(100), None)
+        .await
+        .unwrap()
+        .len();
     assert_eq!(before, after, "nothing was stored");
 
     // And the metrics its results hold: a sweep on another is refused.
@@ -169,7 +183,10 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
     {
         Err(ClientError::Refused { status, message }) => {
             assert_eq!(status, 422, "{message}");
-            assert!(message.contains("it declares best_possible, episodes, mean_return"), "{message}");
+            assert!(
+                message.contains("it declares best_possible, episodes, mean_return"),
+                "{message}"
+            );
         }
         other => panic!("the sweep was not refused: {other:?}"),
     }

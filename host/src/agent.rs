@@ -46,11 +46,22 @@ pub enum AttemptEvent {
     },
 }
 
+/// What a connection's hello says of the host's present state.
+#[derive(Debug)]
+pub struct HelloState {
+    pub running: Vec<RunningAttempt>,
+    pub adapters: Vec<AdapterInfo>,
+}
+
 pub enum Event {
-    /// A connection is handshaking and needs the attempts still running.
+    /// A connection is handshaking and needs the attempts still running
+    /// and the adapters carried.
     Handshaking {
-        reply: oneshot::Sender<Vec<RunningAttempt>>,
+        reply: oneshot::Sender<HelloState>,
     },
+    /// The adapters were reloaded ([`crate::reload`]): from now on
+    /// dispatches get these; running attempts keep the adapter they have.
+    Adapters(HashMap<String, Adapter>),
     /// The handshake completed; messages for the master go to `outbox`.
     Connected {
         session: u64,
@@ -88,6 +99,8 @@ pub struct Agent {
     /// a checkpoint announced while the master was away still reaches it.
     last_progress: HashMap<AttemptRef, ProgressUpdate>,
     outbox: Option<(u64, mpsc::Sender<HostMessage>)>,
+    /// The adapters the master was last told of on this connection.
+    advertised: Vec<AdapterInfo>,
     events_tx: mpsc::Sender<Event>,
     events: mpsc::Receiver<Event>,
     shutting_down: Option<oneshot::Sender<()>>,
@@ -117,6 +130,7 @@ impl Agent {
             unacked: BTreeMap::new(),
             last_progress: HashMap::new(),
             outbox: None,
+            advertised: vec![],
             events_tx: events_tx.clone(),
             events,
             shutting_down: None,
@@ -175,6 +189,24 @@ impl Agent {
             .collect()
     }
 
+    /// Tells the master the adapters carried, if they changed since it was
+    /// last told. Tried again with every heartbeat until it goes out.
+    fn advertise(&mut self) {
+        let current = self.adapter_infos();
+        if current == self.advertised {
+            return;
+        }
+        let Some((_, outbox)) = &self.outbox else {
+            return;
+        };
+        let message = HostMessage::Adapters {
+            adapters: current.clone(),
+        };
+        if outbox.try_send(message).is_ok() {
+            self.advertised = current;
+        }
+    }
+
     fn send(&mut self, message: HostMessage) {
         let Some((_, outbox)) = &self.outbox else {
             return;
@@ -189,10 +221,20 @@ impl Agent {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Handshaking { reply } => {
-                let _ = reply.send(self.running());
+                self.advertised = self.adapter_infos();
+                let _ = reply.send(HelloState {
+                    running: self.running(),
+                    adapters: self.advertised.clone(),
+                });
+            }
+            Event::Adapters(adapters) => {
+                self.adapters = adapters;
+                self.advertise();
             }
             Event::Connected { session, outbox } => {
                 self.outbox = Some((session, outbox));
+                // Adapters reloaded since the hello was written.
+                self.advertise();
                 self.heartbeat();
                 for update in self.last_progress.values().cloned().collect::<Vec<_>>() {
                     self.send(HostMessage::Progress(update));
@@ -370,6 +412,7 @@ impl Agent {
     }
 
     fn heartbeat(&mut self) {
+        self.advertise();
         let running = self.running();
         let environments = self
             .env

@@ -72,6 +72,9 @@ pub struct HostConfig {
     pub progress_interval: Duration,
     /// Keep workspaces after the attempt (for debugging) instead of deleting them.
     pub keep_workspaces: bool,
+    /// How often the adapter files are looked at again for new, changed and
+    /// removed ones ([`crate::reload`]); zero turns it off.
+    pub watch_adapters: Duration,
     pub max_frame_bytes: usize,
     /// TLS to the master, or plain TCP when unset.
     pub tls: Option<HostTls>,
@@ -128,6 +131,7 @@ impl HostConfig {
             stderr_tail_bytes: 8 << 10,
             progress_interval: Duration::from_millis(250),
             keep_workspaces: false,
+            watch_adapters: Duration::from_secs(2),
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
             tls: None,
             metrics_listen: None,

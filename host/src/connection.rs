@@ -26,7 +26,7 @@ use tokio_util::codec::Framed;
 use tokio_util::either::Either;
 use trainyard_proto::auth::{nonce, ClusterSecret};
 use trainyard_proto::frame::MessageCodec;
-use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage};
+use trainyard_proto::messages::{Hello, HostMessage, MasterMessage};
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::tls::rustls::pki_types::ServerName;
 use trainyard_proto::tls::{channel_binding, client, TlsConnector};
@@ -49,7 +49,6 @@ pub struct ConnectionConfig {
     pub master: String,
     pub slots: u32,
     pub capacity: HostCapacity,
-    pub adapters: Vec<AdapterInfo>,
     pub secret: ClusterSecret,
     pub timers: Timers,
     pub max_frame: usize,
@@ -193,13 +192,13 @@ async fn handshake(
             challenge.protocol
         )));
     }
-    let (reply, running) = oneshot::channel();
+    let (reply, state) = oneshot::channel();
     agent
         .tx
         .send(Event::Handshaking { reply })
         .await
         .map_err(|_| HandshakeError::Protocol("host agent stopped".into()))?;
-    let running = running
+    let state = state
         .await
         .map_err(|_| HandshakeError::Protocol("host agent stopped".into()))?;
     let host_nonce = nonce();
@@ -214,8 +213,8 @@ async fn handshake(
         host_id: config.host.clone(),
         slots: config.slots,
         capacity: config.capacity.clone(),
-        adapters: config.adapters.clone(),
-        running,
+        adapters: state.adapters,
+        running: state.running,
         nonce: host_nonce.clone(),
         proof,
         agent: format!("trainyard-host {}", env!("CARGO_PKG_VERSION")),

@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod plan;
 pub mod process;
 pub mod python_env;
+pub mod reload;
 pub mod renewer;
 pub mod runtime;
 pub mod workspace;
@@ -87,56 +88,71 @@ pub enum HostError {
     },
 }
 
-/// Loads every configured adapter, applying the operator's policy for the
-/// ones that fail.
+/// Loads every configured adapter (each file of an entry that names a
+/// directory), applying the operator's policy for the ones that fail.
 pub async fn load_adapters(
     runtime: &runtime::AdapterRuntime,
     config: &HostConfig,
 ) -> Result<HashMap<String, attempt::Adapter>, HostError> {
-    let path_env = std::env::var_os("PATH");
     let mut adapters = HashMap::new();
+    let mut watched_dir = false;
     for spec in &config.adapters {
-        let path = spec.path.display().to_string();
-        let loaded = async {
-            let allowlist = plan::Allowlist::resolve(&spec.programs, path_env.as_deref())
-                .map_err(|e| e.to_string())?;
-            let loaded = runtime.load(&spec.path).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>(attempt::Adapter {
-                loaded,
-                allowlist: Arc::new(allowlist),
-                containment: Arc::new(spec.containment.clone()),
-                python: spec.python.clone().map(Arc::new),
-            })
-        }
-        .await;
-        match loaded {
-            Ok(adapter) => {
-                let info = adapter.loaded.info();
-                tracing::info!(
-                    adapter = %info.name,
-                    version = %info.version,
-                    kinds = ?info.kinds,
-                    programs = ?adapter.allowlist.names(),
-                    %path,
-                    "adapter loaded"
-                );
-                if adapters
-                    .insert(info.name.clone(), adapter.clone())
-                    .is_some()
-                {
-                    return Err(HostError::DuplicateAdapter(info.name.clone()));
+        watched_dir |= spec.path.is_dir();
+        let files = reload::entry_files(&spec.path).map_err(|e| HostError::Adapter {
+            path: spec.path.display().to_string(),
+            reason: format!("cannot list the directory: {e}"),
+        })?;
+        for file in files {
+            let path = file.display().to_string();
+            match load_adapter(runtime, spec, &file).await {
+                Ok(adapter) => {
+                    let info = adapter.loaded.info();
+                    tracing::info!(
+                        adapter = %info.name,
+                        version = %info.version,
+                        kinds = ?info.kinds,
+                        programs = ?adapter.allowlist.names(),
+                        %path,
+                        "adapter loaded"
+                    );
+                    if adapters
+                        .insert(info.name.clone(), adapter.clone())
+                        .is_some()
+                    {
+                        return Err(HostError::DuplicateAdapter(info.name.clone()));
+                    }
                 }
+                Err(reason) if config.on_adapter_error == OnAdapterError::Skip => {
+                    tracing::error!(%path, %reason, "adapter not loaded; starting without it");
+                }
+                Err(reason) => return Err(HostError::Adapter { path, reason }),
             }
-            Err(reason) if config.on_adapter_error == OnAdapterError::Skip => {
-                tracing::error!(%path, %reason, "adapter not loaded; starting without it");
-            }
-            Err(reason) => return Err(HostError::Adapter { path, reason }),
         }
     }
-    if adapters.is_empty() {
+    // A directory may be filled after start-up (hot reload).
+    if adapters.is_empty() && !watched_dir {
         return Err(HostError::NoAdapters);
     }
     Ok(adapters)
+}
+
+/// Loads one component with its entry's allowlist, containment and Python
+/// environment: at start-up and when its file changes.
+pub(crate) async fn load_adapter(
+    runtime: &runtime::AdapterRuntime,
+    spec: &config::AdapterConfig,
+    file: &std::path::Path,
+) -> Result<attempt::Adapter, String> {
+    let path_env = std::env::var_os("PATH");
+    let allowlist =
+        plan::Allowlist::resolve(&spec.programs, path_env.as_deref()).map_err(|e| e.to_string())?;
+    let loaded = runtime.load(file).await.map_err(|e| e.to_string())?;
+    Ok(attempt::Adapter {
+        loaded,
+        allowlist: Arc::new(allowlist),
+        containment: Arc::new(spec.containment.clone()),
+        python: spec.python.clone().map(Arc::new),
+    })
 }
 
 /// A started host.
@@ -203,9 +219,13 @@ pub async fn start(
         &config.supervisor,
         &config.work_dir,
     )?;
+    // How the files looked before loading, so a change during the load is
+    // seen by the first look of the watcher.
+    let seen = reload::scan(&config.adapters);
     let adapters = load_adapters(&runtime, &config).await?;
     let metrics = metrics::HostMetrics::default();
-    let python = if adapters.values().any(|a| a.python.is_some()) {
+    // By entry, not by what loaded: a file may come later (hot reload).
+    let python = if config.adapters.iter().any(|a| a.python.is_some()) {
         Some(python_env::PythonEnvs::open(
             &config.python,
             config.runtime.cache_dir.as_deref(),
@@ -244,13 +264,13 @@ pub async fn start(
         python,
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
+    let watched = adapters.clone();
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
     let connection = connection::ConnectionConfig {
         host: config.id.clone(),
         master: config.master.clone(),
         slots: config.slots,
         capacity: config.resources.clone(),
-        adapters: agent.adapter_infos(),
         secret: config.cluster_secret.clone(),
         timers: config.timers.clone(),
         max_frame: config.max_frame_bytes,
@@ -287,6 +307,12 @@ pub async fn start(
             observer,
         )),
     ];
+    if !config.watch_adapters.is_zero() {
+        let (config, agent) = (config.clone(), handle.clone());
+        tasks.push(tokio::spawn(async move {
+            reload::run(runtime, config, seen, &watched, agent).await
+        }));
+    }
     if let Some(listener) = metrics_listener {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "serving metrics");

@@ -46,7 +46,8 @@ pub use timers::Timers;
 /// Version 6 carries the trainers' and adapters' log lines (`Logs`).
 /// Version 7 lists the host's cached Python environments in each heartbeat.
 /// Version 8 carries what adapters declare: params schemas and result
-/// metrics (`AdapterInfo`).
+/// metrics (`AdapterInfo`), and a host's new list of adapters when it
+/// reloads them (`HostMessage::Adapters`).
 pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and

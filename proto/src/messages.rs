@@ -302,6 +302,11 @@ pub enum HostMessage {
     /// Captured trainer and adapter output. Sent when nothing more urgent
     /// waits, so it never holds up the messages above.
     Logs(LogBatch),
+    /// The adapters the host carries changed (a file was added, replaced
+    /// or removed while it ran): the whole new list, as in the hello.
+    Adapters {
+        adapters: Vec<AdapterInfo>,
+    },
 }
 
 /// Master to host.
@@ -345,6 +350,7 @@ impl HostMessage {
             Self::Progress(_) => "progress",
             Self::Report(_) => "report",
             Self::Logs(_) => "logs",
+            Self::Adapters { .. } => "adapters",
         }
     }
 }

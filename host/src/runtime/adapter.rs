@@ -10,7 +10,7 @@
 //! contract gives: `prepare`, any number of `on_output`, at most one
 //! `finish`. After a fault every later call returns that same fault.
 
-use super::bindings::{wit, AdapterPre};
+use super::bindings::AdapterPre;
 use super::cache::{self, Origin};
 use super::contract::{self, ContractProblem, HeaderProblem};
 use super::engine::Shared;

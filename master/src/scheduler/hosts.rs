@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use trainyard_proto::messages::{
-    Hello, HostMessage, MasterMessage, RunningAttempt, MAX_PROGRESS_BATCH,
+    AdapterInfo, Hello, HostMessage, MasterMessage, RunningAttempt, MAX_PROGRESS_BATCH,
 };
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, HostId};
@@ -201,7 +201,7 @@ impl Scheduler {
             }
         }
 
-        let record = HostRecord {
+        self.record_host(HostRecord {
             id: id.to_string(),
             slots: hello.slots,
             capacity: Some(hello.capacity),
@@ -209,14 +209,49 @@ impl Scheduler {
             agent: hello.agent,
             first_seen_ms: now,
             last_seen_ms: now,
-        };
+        });
+    }
+
+    /// Stores what a host carries and offers. Bookkeeping only: the host is
+    /// connected whether or not this lands.
+    fn record_host(&self, record: HostRecord) {
         let store = self.store.clone();
-        // Bookkeeping only: the host is connected whether or not this lands.
         tokio::spawn(async move {
             if let Err(e) = store.upsert_host(&record).await {
                 tracing::warn!(host = %record.id, error = %e, "could not record host");
             }
         });
+    }
+
+    /// A connected host reloaded its adapters: routing, the catalog and
+    /// the host's record follow. Attempts it runs are not affected (each
+    /// keeps the adapter it started with).
+    fn adapters_changed(&mut self, id: &HostId, adapters: Vec<AdapterInfo>) {
+        let Some(h) = self.state.hosts.get_mut(id) else {
+            return;
+        };
+        h.adapters = Arc::from(adapters.clone());
+        let known = KnownHost {
+            slots: h.slots,
+            adapters: adapters.clone(),
+            capacity: Some(h.capacity.clone()),
+        };
+        let record = HostRecord {
+            id: id.to_string(),
+            slots: h.slots,
+            capacity: Some(h.capacity.clone()),
+            adapters,
+            agent: h.agent.clone(),
+            first_seen_ms: now_ms(),
+            last_seen_ms: now_ms(),
+        };
+        tracing::info!(
+            host = %id,
+            adapters = ?record.adapters.iter().map(|a| format!("{}@{}", a.name, a.version)).collect::<Vec<_>>(),
+            "host reloaded its adapters"
+        );
+        self.state.saw(id, known);
+        self.record_host(record);
     }
 
     pub(super) fn disconnected(&mut self, host: &HostId, session: SessionId) {
@@ -317,6 +352,7 @@ impl Scheduler {
             }
             // Sessions hand these to the log recorder; none reach here.
             HostMessage::Logs(_) => {}
+            HostMessage::Adapters { adapters } => self.adapters_changed(host, adapters),
         }
     }
 

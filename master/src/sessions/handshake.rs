@@ -5,7 +5,7 @@
 //! part.
 
 use trainyard_proto::auth::ClusterSecret;
-use trainyard_proto::messages::Hello;
+use trainyard_proto::messages::{AdapterInfo, Hello};
 use trainyard_proto::tls::certificate_names;
 use trainyard_proto::tls::rustls::pki_types::CertificateDer;
 use trainyard_proto::{HostId, PROTOCOL_VERSION};
@@ -68,12 +68,6 @@ pub fn check_hello(
             hello.slots
         )));
     }
-    if hello.adapters.len() > MAX_ADAPTERS {
-        return Err(HandshakeRefusal::Invalid(format!(
-            "at most {MAX_ADAPTERS} adapters, got {}",
-            hello.adapters.len()
-        )));
-    }
     if let Err(e) = hello.capacity.validate() {
         return Err(HandshakeRefusal::Invalid(format!("invalid capacity: {e}")));
     }
@@ -84,7 +78,19 @@ pub fn check_hello(
             hello.slots
         )));
     }
-    for a in &hello.adapters {
+    check_adapters(&hello.adapters).map_err(HandshakeRefusal::Invalid)
+}
+
+/// Checks the adapters a host says it carries (in its hello, or when it
+/// reloads them).
+pub fn check_adapters(adapters: &[AdapterInfo]) -> Result<(), String> {
+    if adapters.len() > MAX_ADAPTERS {
+        return Err(format!(
+            "at most {MAX_ADAPTERS} adapters, got {}",
+            adapters.len()
+        ));
+    }
+    for a in adapters {
         let valid = !a.name.is_empty()
             && a.name.len() <= 64
             && a.name
@@ -93,10 +99,7 @@ pub fn check_hello(
             && a.kinds.len() <= 32
             && a.kinds.iter().all(|k| !k.is_empty() && k.len() <= 64);
         if !valid {
-            return Err(HandshakeRefusal::Invalid(format!(
-                "adapter {:?} has an invalid name or kinds",
-                a.name
-            )));
+            return Err(format!("adapter {:?} has an invalid name or kinds", a.name));
         }
     }
     Ok(())
@@ -122,7 +125,6 @@ pub fn check_certificate(
 mod tests {
     use super::*;
     use trainyard_proto::auth::nonce;
-    use trainyard_proto::messages::AdapterInfo;
 
     const CHANNEL: &[u8] = &[9; 32];
 

@@ -125,6 +125,13 @@ pub async fn run(
                     config.logs.offer(batch);
                     continue;
                 }
+                Some(Ok(HostMessage::Adapters { adapters })) => {
+                    if let Err(e) = super::handshake::check_adapters(&adapters) {
+                        tracing::warn!(%host, %addr, error = %e, "invalid adapters from host; closing the connection");
+                        break;
+                    }
+                    HostMessage::Adapters { adapters }
+                }
                 Some(Ok(m)) => m,
                 Some(Err(e)) => {
                     tracing::warn!(%host, %addr, error = %e, "bad frame from host; closing the connection");
