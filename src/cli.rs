@@ -61,6 +61,8 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the effective configuration with each value's source (secrets redacted)
     Config(commands::config::ConfigArgs),
+    /// Test an adapter on this machine, without a cluster: `run` one attempt, `check` the contract
+    Adapter(commands::adapter::AdapterArgs),
 }
 
 #[derive(Debug, Args)]
@@ -143,10 +145,11 @@ impl Command {
     /// Whether the command runs processes (a master, a host, the demo's
     /// cluster) rather than printing an answer and exiting.
     pub fn runs_processes(&self) -> bool {
-        matches!(
-            self,
-            Command::Master(_) | Command::Host(_) | Command::Demo(_)
-        )
+        match self {
+            Command::Master(_) | Command::Host(_) | Command::Demo(_) => true,
+            Command::Adapter(a) => a.command.runs_processes(),
+            _ => false,
+        }
     }
 }
 

@@ -14,6 +14,13 @@ pub fn init_quiet() {
     init_with("error");
 }
 
+/// Warnings and errors unless `RUST_LOG` says otherwise: for the adapter
+/// author's commands, whose output is the attempt itself (the adapter's own
+/// records are printed with it).
+pub fn init_tool() {
+    init_with("warn");
+}
+
 fn init_with(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()

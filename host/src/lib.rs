@@ -7,7 +7,11 @@
 //! - [`connection`]: connect, handshake, backoff ([`backoff`]).
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
 //! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
-//! - [`attempt`]: one attempt from lease to report.
+//! - [`attempt`]: one attempt from lease to report; its body runs without
+//!   the lease layer too, for [`local`]: one attempt on this machine with
+//!   no master, Redis or database (`trainyard adapter run`).
+//! - [`conformance`]: the suite `trainyard adapter check` runs against an
+//!   adapter's fresh instances.
 //! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`plan`]: checks an adapter's launch plan against the operator's policy.
@@ -26,9 +30,11 @@ pub mod attempt;
 pub mod backoff;
 pub mod capacity;
 pub mod config;
+pub mod conformance;
 pub mod connection;
 pub mod containment;
 pub mod lease;
+pub mod local;
 pub mod logs;
 pub mod metrics;
 pub mod plan;
@@ -93,23 +99,10 @@ pub async fn load_adapters(
     runtime: &runtime::AdapterRuntime,
     config: &HostConfig,
 ) -> Result<HashMap<String, attempt::Adapter>, HostError> {
-    let path_env = std::env::var_os("PATH");
     let mut adapters = HashMap::new();
     for spec in &config.adapters {
         let path = spec.path.display().to_string();
-        let loaded = async {
-            let allowlist = plan::Allowlist::resolve(&spec.programs, path_env.as_deref())
-                .map_err(|e| e.to_string())?;
-            let loaded = runtime.load(&spec.path).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>(attempt::Adapter {
-                loaded,
-                allowlist: Arc::new(allowlist),
-                containment: Arc::new(spec.containment.clone()),
-                python: spec.python.clone().map(Arc::new),
-            })
-        }
-        .await;
-        match loaded {
+        match load_adapter(runtime, spec).await {
             Ok(adapter) => {
                 let info = adapter.loaded.info();
                 tracing::info!(
@@ -137,6 +130,52 @@ pub async fn load_adapters(
         return Err(HostError::NoAdapters);
     }
     Ok(adapters)
+}
+
+/// Loads one adapter with its entry's allowlist (bare program names looked
+/// up on the host's PATH), containment and Python requirements.
+pub async fn load_adapter(
+    runtime: &runtime::AdapterRuntime,
+    spec: &config::AdapterConfig,
+) -> Result<attempt::Adapter, String> {
+    let path_env = std::env::var_os("PATH");
+    let allowlist =
+        plan::Allowlist::resolve(&spec.programs, path_env.as_deref()).map_err(|e| e.to_string())?;
+    let loaded = runtime.load(&spec.path).await.map_err(|e| e.to_string())?;
+    Ok(attempt::Adapter {
+        loaded,
+        allowlist: Arc::new(allowlist),
+        containment: Arc::new(spec.containment.clone()),
+        python: spec.python.clone().map(Arc::new),
+    })
+}
+
+/// Refuses a host whose trainer supervisor is missing.
+pub fn check_supervisor(config: &HostConfig) -> Result<(), HostError> {
+    if config.supervisor.exists() {
+        Ok(())
+    } else {
+        Err(HostError::Supervisor(
+            config.supervisor.display().to_string(),
+        ))
+    }
+}
+
+/// The Python environments, when one of `adapters` asks for one.
+pub fn open_python_envs<'a>(
+    config: &HostConfig,
+    mut adapters: impl Iterator<Item = &'a attempt::Adapter>,
+    metrics: &metrics::HostMetrics,
+) -> Result<Option<python_env::PythonEnvs>, HostError> {
+    if !adapters.any(|a| a.python.is_some()) {
+        return Ok(None);
+    }
+    Ok(Some(python_env::PythonEnvs::open(
+        &config.python,
+        config.runtime.cache_dir.as_deref(),
+        config.id.as_str(),
+        metrics.clone(),
+    )?))
 }
 
 /// A started host.
@@ -183,11 +222,7 @@ pub async fn start(
         .resources
         .validate()
         .map_err(|e| HostError::Resources(e.to_string()))?;
-    if !config.supervisor.exists() {
-        return Err(HostError::Supervisor(
-            config.supervisor.display().to_string(),
-        ));
-    }
+    check_supervisor(&config)?;
     workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
         path: config.work_dir.display().to_string(),
         source,
@@ -205,16 +240,7 @@ pub async fn start(
     )?;
     let adapters = load_adapters(&runtime, &config).await?;
     let metrics = metrics::HostMetrics::default();
-    let python = if adapters.values().any(|a| a.python.is_some()) {
-        Some(python_env::PythonEnvs::open(
-            &config.python,
-            config.runtime.cache_dir.as_deref(),
-            config.id.as_str(),
-            metrics.clone(),
-        )?)
-    } else {
-        None
-    };
+    let python = open_python_envs(&config, adapters.values(), &metrics)?;
     let metrics_listener = match config.metrics_listen {
         None => None,
         Some(addr) => Some(
@@ -234,14 +260,16 @@ pub async fn start(
     let config = Arc::new(config);
     let log_book = Arc::new(logs::LogBook::default());
     let env = attempt::AttemptEnv {
-        logs: log_book.clone(),
         lease: lease.clone(),
         book: book.clone(),
-        base_env: Arc::new(base_env(&config)),
-        config: config.clone(),
-        enforcement: Arc::new(enforcement.clone()),
-        metrics: metrics.clone(),
-        python,
+        host: attempt::HostEnv {
+            logs: log_book.clone(),
+            base_env: Arc::new(base_env(&config)),
+            config: config.clone(),
+            enforcement: Arc::new(enforcement.clone()),
+            metrics: metrics.clone(),
+            python,
+        },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
@@ -315,7 +343,7 @@ fn cgroup_dir_name(config: &HostConfig) -> String {
 
 /// The environment every trainer starts from: the variables the operator
 /// passes through from the host's own environment, then those it sets.
-fn base_env(config: &HostConfig) -> Vec<(String, String)> {
+pub fn base_env(config: &HostConfig) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = config
         .pass_env
         .iter()

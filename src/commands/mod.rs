@@ -3,9 +3,12 @@
 //! Output is plain text that reads the same in a terminal and in a log;
 //! `--json` where offered prints the master's data as JSON instead.
 //!
+//! `adapter` holds an adapter author's commands, which need no master.
+//!
 //! `table` and `format` shape the output, `follow` follows tasks on the
 //! live event stream (for `watch` and `submit --wait`).
 
+pub mod adapter;
 pub mod cancel;
 pub mod config;
 pub mod follow;
