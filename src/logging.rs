@@ -14,11 +14,11 @@ pub fn init_quiet() {
     init_with("error");
 }
 
-/// Warnings and errors unless `RUST_LOG` says otherwise: for the adapter
-/// author's commands, whose output is the attempt itself (the adapter's own
-/// records are printed with it).
+/// Warnings and errors unless `RUST_LOG` says otherwise, and nothing of
+/// what adapters log: for the adapter author's commands, whose output is
+/// the attempt itself (`adapter run` prints the adapter's records with it).
 pub fn init_tool() {
-    init_with("warn");
+    init_with("warn,trainyard::adapter=off");
 }
 
 fn init_with(default: &str) {

@@ -36,8 +36,6 @@ impl Run {
             .env("TRAINYARD_REDIS_URL", format!("redis://{closed}"))
             .env("TRAINYARD_DATABASE_URL", format!("postgres://{closed}/none"))
             .env("TRAINYARD_HOST__MASTER", &closed)
-            .env(
-            )
             .output()
             .expect("run trainyard adapter run")
     }
