@@ -52,7 +52,11 @@ fn the_repositorys_good_adapters_pass_every_case() {
     ];
     for (adapter, params) in runs {
         let out = check(&common::adapter(adapter), &["--params", params]);
-        assert!(out.status.success(), "{adapter} {params}: {}", explain(&out));
+        assert!(
+            out.status.success(),
+            "{adapter} {params}: {}",
+            explain(&out)
+        );
         assert!(cases(&out, "FAIL").is_empty(), "{}", explain(&out));
         let passed = cases(&out, "PASS");
         for case in [
@@ -64,39 +68,67 @@ fn the_repositorys_good_adapters_pass_every_case() {
             "finish/signaled-9",
             "finish/not-launched",
         ] {
-            assert!(passed.iter().any(|c| c == case), "{adapter}: {case} not passed\n{}", explain(&out));
+            assert!(
+                passed.iter().any(|c| c == case),
+                "{adapter}: {case} not passed\n{}",
+                explain(&out)
+            );
         }
         if params.contains("episodes") {
-            assert!(passed.iter().any(|c| c == "prepare/wrong-type:episodes"), "{}", explain(&out));
+            assert!(
+                passed.iter().any(|c| c == "prepare/wrong-type:episodes"),
+                "{}",
+                explain(&out)
+            );
         }
     }
 }
 
 #[test]
 fn an_adapter_that_faults_in_finish_fails_exactly_the_finish_cases_with_a_hint() {
-    let out = check(&common::adapter("hostile"), &["--params", r#"{"attack": "huge-result"}"#]);
+    let out = check(
+        &common::adapter("hostile"),
+        &["--params", r#"{"attack": "huge-result"}"#],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
     let failed = cases(&out, "FAIL");
     assert_eq!(
         failed,
-        ["finish/exited-0", "finish/exited-1", "finish/exited-137", "finish/signaled-9", "finish/not-launched"],
+        [
+            "finish/exited-0",
+            "finish/exited-1",
+            "finish/exited-137",
+            "finish/signaled-9",
+            "finish/not-launched"
+        ],
         "{}",
         explain(&out)
     );
     let text = stdout(&out);
     assert!(text.contains("oversized result"), "{text}");
-    assert!(text.contains("hint: finish must answer every exit status"), "{text}");
+    assert!(
+        text.contains("hint: finish must answer every exit status"),
+        "{text}"
+    );
     assert!(cases(&out, "PASS").iter().any(|c| c == "prepare/not-json"));
 }
 
 #[test]
 fn an_adapter_that_spins_on_output_fails_the_on_output_cases() {
-    let args = [&SHORT_DEADLINE[..], &["--params", r#"{"attack": "loop-output"}"#]].concat();
+    let args = [
+        &SHORT_DEADLINE[..],
+        &["--params", r#"{"attack": "loop-output"}"#],
+    ]
+    .concat();
     let out = check(&common::adapter("hostile"), &args);
     assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
     let failed = cases(&out, "FAIL");
     assert!(!failed.is_empty());
-    assert!(failed.iter().all(|c| c.starts_with("on-output/")), "{}", explain(&out));
+    assert!(
+        failed.iter().all(|c| c.starts_with("on-output/")),
+        "{}",
+        explain(&out)
+    );
     assert_eq!(failed.len(), 6, "{}", explain(&out));
     assert!(stdout(&out).contains("deadline"), "{}", explain(&out));
 }

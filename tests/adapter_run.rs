@@ -34,7 +34,10 @@ impl Run {
             // programs only.
             .env("PATH", trainyard::cluster::SYSTEM_PATH)
             .env("TRAINYARD_REDIS_URL", format!("redis://{closed}"))
-            .env("TRAINYARD_DATABASE_URL", format!("postgres://{closed}/none"))
+            .env(
+                "TRAINYARD_DATABASE_URL",
+                format!("postgres://{closed}/none"),
+            )
             .env("TRAINYARD_HOST__MASTER", &closed)
             .output()
             .expect("run trainyard adapter run")
@@ -69,7 +72,14 @@ fn the_python_trainer_runs_a_real_trainer_to_success_with_no_cluster() {
     let run = Run::new();
     let out = run.adapter_run(
         "python-trainer",
-        &["--program", "python3", "--param", "episodes=60", "--param", "seed=3"],
+        &[
+            "--program",
+            "python3",
+            "--param",
+            "episodes=60",
+            "--param",
+            "seed=3",
+        ],
     );
     let text = stdout(&out);
     assert!(out.status.success(), "{}", explain(&out));
@@ -80,7 +90,10 @@ fn the_python_trainer_runs_a_real_trainer_to_success_with_no_cluster() {
     assert!(text.contains("trainer: exited with 0"), "{text}");
     let progress = text.lines().position(|l| l.starts_with("[progress]"));
     let result = text.lines().position(|l| l.starts_with("result:"));
-    assert!(progress < result, "progress comes as it happens, before the result\n{text}");
+    assert!(
+        progress < result,
+        "progress comes as it happens, before the result\n{text}"
+    );
 }
 
 #[test]
@@ -88,13 +101,21 @@ fn bad_params_exit_non_zero_with_the_non_retryable_error_printed() {
     let run = Run::new();
     let out = run.adapter_run(
         "python-trainer",
-        &["--program", "python3", "--params", r#"{"episodes": "lots"}"#],
+        &[
+            "--program",
+            "python3",
+            "--params",
+            r#"{"episodes": "lots"}"#,
+        ],
     );
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
     assert!(text.contains("not retryable"), "{text}");
     assert!(text.contains("\"episodes\" must be"), "{text}");
-    assert!(!text.contains("trainer:"), "no trainer was launched\n{text}");
+    assert!(
+        !text.contains("trainer:"),
+        "no trainer was launched\n{text}"
+    );
 }
 
 #[test]
@@ -103,7 +124,10 @@ fn a_failing_trainer_has_its_stderr_tail_printed() {
     let script = "import sys\nprint('starting', flush=True)\n\
                   sys.stderr.write('Traceback: the reward went NaN at episode 7\\n')\nsys.exit(3)\n";
     let params = serde_json::json!({ "script": script }).to_string();
-    let out = run.adapter_run("script-trainer", &["--program", "python3", "--params", &params]);
+    let out = run.adapter_run(
+        "script-trainer",
+        &["--program", "python3", "--params", &params],
+    );
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
     assert!(text.contains("[stdout] starting"), "{text}");
@@ -136,13 +160,24 @@ fn keep_workspace_leaves_the_trainers_files_and_says_where() {
     let out = run.adapter_run("script-trainer", &args);
     assert!(out.status.success(), "{}", explain(&out));
     let cwd = printed_cwd(&out);
-    assert!(!cwd.exists(), "without --keep-workspace {} is removed", cwd.display());
+    assert!(
+        !cwd.exists(),
+        "without --keep-workspace {} is removed",
+        cwd.display()
+    );
     assert!(!stdout(&out).contains("workspace kept"));
 
-    let out = run.adapter_run("script-trainer", &[&args[..], &["--keep-workspace"]].concat());
+    let out = run.adapter_run(
+        "script-trainer",
+        &[&args[..], &["--keep-workspace"]].concat(),
+    );
     assert!(out.status.success(), "{}", explain(&out));
     let kept = kept_workspace(&out);
-    assert_eq!(kept, printed_cwd(&out), "the workspace printed is the trainer's");
+    assert_eq!(
+        kept,
+        printed_cwd(&out),
+        "the workspace printed is the trainer's"
+    );
     let left = std::fs::read_to_string(kept.join("verdict.txt")).expect("the trainer's file");
     assert_eq!(left, "left behind");
     let _ = std::fs::remove_dir_all(kept.parent().and_then(Path::parent).expect("scratch dir"));
@@ -154,13 +189,19 @@ fn resume_hands_the_checkpoint_over_to_the_adapter() {
     let first = run.adapter_run(
         "python-trainer",
         &[
-            "--program", "python3", "--params",
+            "--program",
+            "python3",
+            "--params",
             r#"{"episodes": 60, "checkpoint_every": 20, "seed": 1}"#,
             "--keep-workspace",
         ],
     );
     assert!(first.status.success(), "{}", explain(&first));
-    assert!(stdout(&first).contains("[checkpoint] checkpoint.json"), "{}", stdout(&first));
+    assert!(
+        stdout(&first).contains("[checkpoint] checkpoint.json"),
+        "{}",
+        stdout(&first)
+    );
     let kept = kept_workspace(&first);
     let checkpoint = run.dir.path().join("checkpoint.json");
     std::fs::copy(kept.join("checkpoint.json"), &checkpoint).expect("the first run's checkpoint");
@@ -169,8 +210,12 @@ fn resume_hands_the_checkpoint_over_to_the_adapter() {
     let second = run.adapter_run(
         "python-trainer",
         &[
-            "--program", "python3", "--params", r#"{"episodes": 90, "seed": 1}"#,
-            "--resume", checkpoint.to_str().expect("utf-8 path"),
+            "--program",
+            "python3",
+            "--params",
+            r#"{"episodes": 90, "seed": 1}"#,
+            "--resume",
+            checkpoint.to_str().expect("utf-8 path"),
         ],
     );
     let text = stdout(&second);
@@ -184,6 +229,10 @@ fn resume_hands_the_checkpoint_over_to_the_adapter() {
         .lines()
         .find_map(|l| l.strip_prefix("[progress] episode ")?.split_once('/'))
         .map(|(episode, _)| episode.to_owned());
-    assert_eq!(first_episode.as_deref(), Some("61"), "it did not start over\n{text}");
+    assert_eq!(
+        first_episode.as_deref(),
+        Some("61"),
+        "it did not start over\n{text}"
+    );
     assert!(text.contains("[progress] episode 90/90"), "{text}");
 }

@@ -106,11 +106,9 @@ impl LocalHost {
         entry: &AdapterConfig,
     ) -> Result<LocalHost, HostError> {
         crate::check_supervisor(&config)?;
-        crate::workspace::prepare_base(&config.work_dir).map_err(|source| {
-            HostError::WorkDir {
-                path: config.work_dir.display().to_string(),
-                source,
-            }
+        crate::workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
+            path: config.work_dir.display().to_string(),
+            source,
         })?;
         let enforcement = Enforcement::probe(
             &config.containment,

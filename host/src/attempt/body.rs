@@ -29,9 +29,7 @@ use crate::workspace::Workspace;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use trainyard_proto::messages::{
-    Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate,
-};
+use trainyard_proto::messages::{Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate};
 use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;

@@ -91,7 +91,10 @@ pub fn suite(sample: &str) -> Vec<Case> {
         ("number-params", "42"),
         ("string-params", "\"episodes=10\""),
         ("not-json", "{episodes: ten"),
-        ("garbage", "\u{0}\u{1}\u{7f}\u{fffd}\u{feff}{{\"\\u0000\u{1b}[31m"),
+        (
+            "garbage",
+            "\u{0}\u{1}\u{7f}\u{fffd}\u{feff}{{\"\\u0000\u{1b}[31m",
+        ),
     ];
     for (name, params) in bad_params {
         cases.push(refusal(name, params.to_owned()));
@@ -101,11 +104,26 @@ pub fn suite(sample: &str) -> Vec<Case> {
     }
     let lines: [(&str, String); 6] = [
         ("empty", String::new()),
-        ("garbage", "%s%n{{{]]] \u{1b}[2J ¿¡ NaN inf -0 1e999".to_owned()),
-        ("binary", "\u{0}\u{1}\u{2}\u{7f}\u{fffd}\u{feff}\u{10ffff}".to_owned()),
-        ("json-like", r#"{"episode": "x", "return": 1e999, "checkpoint": "../../etc/passwd"}"#.to_owned()),
+        (
+            "garbage",
+            "%s%n{{{]]] \u{1b}[2J ¿¡ NaN inf -0 1e999".to_owned(),
+        ),
+        (
+            "binary",
+            "\u{0}\u{1}\u{2}\u{7f}\u{fffd}\u{feff}\u{10ffff}".to_owned(),
+        ),
+        (
+            "json-like",
+            r#"{"episode": "x", "return": 1e999, "checkpoint": "../../etc/passwd"}"#.to_owned(),
+        ),
         ("64KiB", "x".repeat(64 << 10)),
-        ("64KiB-json", format!("{{\"episode\": 1, \"pad\": \"{}\"}}", "y".repeat((64 << 10) - 30))),
+        (
+            "64KiB-json",
+            format!(
+                "{{\"episode\": 1, \"pad\": \"{}\"}}",
+                "y".repeat((64 << 10) - 30)
+            ),
+        ),
     ];
     for (name, line) in lines {
         cases.push(Case {
@@ -167,19 +185,26 @@ pub fn judge(case: &Case, answer: &Answer) -> Verdict {
              params (`{}` unless given): pass params this adapter accepts with --params",
         ),
         (_, Answer::Fault(fault)) => fail(format!("it faulted: {fault}"), case.hint),
-        (Expect::Refusal, Answer::Refused {
-            retryable: false, ..
-        }) => Verdict::Pass,
-        (Expect::Refusal, Answer::Refused {
-            retryable: true,
-            message,
-        }) => fail(
+        (
+            Expect::Refusal,
+            Answer::Refused {
+                retryable: false, ..
+            },
+        ) => Verdict::Pass,
+        (
+            Expect::Refusal,
+            Answer::Refused {
+                retryable: true,
+                message,
+            },
+        ) => fail(
             format!("it refused them as retryable ({message:?}); a retry gets the same params"),
             case.hint,
         ),
-        (Expect::Refusal, Answer::Returned) => {
-            fail("it accepted them and returned a launch plan".to_owned(), case.hint)
-        }
+        (Expect::Refusal, Answer::Returned) => fail(
+            "it accepted them and returned a launch plan".to_owned(),
+            case.hint,
+        ),
         (Expect::NoFault, Answer::Returned | Answer::Refused { .. }) => Verdict::Pass,
     }
 }
@@ -205,8 +230,12 @@ mod tests {
             message: "invalid params".into(),
         };
         assert_eq!(judge(&c, &refused(false)), Verdict::Pass);
-        assert!(matches!(judge(&c, &refused(true)), Verdict::Fail { why, .. } if why.contains("retryable")));
-        assert!(matches!(judge(&c, &Answer::Returned), Verdict::Fail { why, .. } if why.contains("accepted")));
+        assert!(
+            matches!(judge(&c, &refused(true)), Verdict::Fail { why, .. } if why.contains("retryable"))
+        );
+        assert!(
+            matches!(judge(&c, &Answer::Returned), Verdict::Fail { why, .. } if why.contains("accepted"))
+        );
         assert!(
             matches!(judge(&c, &Answer::Fault("trapped".into())), Verdict::Fail { hint, .. } if hint.contains("never trap"))
         );
@@ -223,7 +252,10 @@ mod tests {
                 message: "crashed".into(),
             };
             assert_eq!(judge(&c, &error), Verdict::Pass);
-            assert!(matches!(judge(&c, &Answer::Fault("trap".into())), Verdict::Fail { .. }));
+            assert!(matches!(
+                judge(&c, &Answer::Fault("trap".into())),
+                Verdict::Fail { .. }
+            ));
             assert!(
                 matches!(judge(&c, &Answer::SetupFailed("no".into())), Verdict::Fail { hint, .. } if hint.contains("--params"))
             );
@@ -260,8 +292,12 @@ mod tests {
             })
             .collect();
         assert!(statuses.contains(&ExitStatus::NotLaunched));
-        assert!(statuses.iter().any(|s| matches!(s, ExitStatus::Signaled(_))));
+        assert!(statuses
+            .iter()
+            .any(|s| matches!(s, ExitStatus::Signaled(_))));
         assert!(statuses.iter().any(|s| matches!(s, ExitStatus::Exited(0))));
-        assert!(statuses.iter().any(|s| matches!(s, ExitStatus::Exited(c) if *c != 0)));
+        assert!(statuses
+            .iter()
+            .any(|s| matches!(s, ExitStatus::Exited(c) if *c != 0)));
     }
 }

@@ -35,7 +35,11 @@ impl AdapterCommand {
 }
 
 /// Runs the subcommand; the exit code says whether the adapter passed.
-pub async fn run(settings: &Settings, source: &Source, args: AdapterArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    settings: &Settings,
+    source: &Source,
+    args: AdapterArgs,
+) -> anyhow::Result<ExitCode> {
     match args.command {
         AdapterCommand::Run(args) => run::run(settings, source, args).await,
         AdapterCommand::Check(args) => check::run(settings, args).await,

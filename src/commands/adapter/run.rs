@@ -239,7 +239,11 @@ fn print_lines(batch: &LogBatch) {
 }
 
 fn print_progress(update: &ProgressUpdate) {
-    for progress in update.earlier.iter().chain(std::iter::once(&update.progress)) {
+    for progress in update
+        .earlier
+        .iter()
+        .chain(std::iter::once(&update.progress))
+    {
         println!("[progress] {}", progress_text(progress));
     }
     if let Some(checkpoint) = &update.checkpoint {
@@ -316,7 +320,11 @@ fn print_report(report: &LocalReport) {
         Outcome::LeaseLost { message } => println!("result: stopped after {took}: {message}"),
     }
     if let Some(exit) = &report.trainer {
-        println!("trainer: {} after {}", exit_text(&exit.status), format::duration(exit.duration));
+        println!(
+            "trainer: {} after {}",
+            exit_text(&exit.status),
+            format::duration(exit.duration)
+        );
         let tail = exit.stderr_tail.trim_end();
         if !ok && !tail.is_empty() {
             println!("trainer stderr (last lines):");
