@@ -61,7 +61,7 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the effective configuration with each value's source (secrets redacted)
     Config(commands::config::ConfigArgs),
-    /// Write, check and try task adapters on this machine
+    /// Write, check and try task adapters on this machine, without a cluster
     Adapter(commands::adapter::AdapterArgs),
 }
 
@@ -145,10 +145,11 @@ impl Command {
     /// Whether the command runs processes (a master, a host, the demo's
     /// cluster) rather than printing an answer and exiting.
     pub fn runs_processes(&self) -> bool {
-        matches!(
-            self,
-            Command::Master(_) | Command::Host(_) | Command::Demo(_)
-        )
+        match self {
+            Command::Master(_) | Command::Host(_) | Command::Demo(_) => true,
+            Command::Adapter(a) => a.command.runs_processes(),
+            _ => false,
+        }
     }
 }
 

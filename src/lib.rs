@@ -93,7 +93,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Config(args) => commands::config::run(&settings, &source, args)?,
-        Command::Adapter(args) => return commands::adapter::run(args).await,
+        Command::Adapter(args) => return commands::adapter::run(&settings, &source, args).await,
     }
     Ok(ExitCode::SUCCESS)
 }

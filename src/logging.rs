@@ -14,6 +14,13 @@ pub fn init_quiet() {
     init_with("error");
 }
 
+/// Warnings and errors unless `RUST_LOG` says otherwise, and nothing of
+/// what adapters log: for the adapter author's commands, whose output is
+/// the attempt itself (`adapter run` prints the adapter's records with it).
+pub fn init_tool() {
+    init_with("warn,trainyard::adapter=off");
+}
+
 fn init_with(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()

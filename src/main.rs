@@ -5,7 +5,10 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = trainyard::cli::Cli::parse();
-    trainyard::logging::init();
+    match cli.command {
+        trainyard::cli::Command::Adapter(_) => trainyard::logging::init_tool(),
+        _ => trainyard::logging::init(),
+    }
     if !cli.command.runs_processes() {
         end_quietly_on_a_closed_pipe();
     }

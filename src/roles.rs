@@ -9,6 +9,7 @@ use std::time::Duration;
 use trainyard_host::config::{AdapterConfig, HostConfig};
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
 use trainyard_master::config::MasterConfig;
+use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::HostId;
 
 /// The master's configuration from the settings, creating the secret and
@@ -68,11 +69,26 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
 }
 
 pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
+    let mut config = attempt_config(s, secrets::cluster_secret(&s.cluster, false)?)?;
+    config.tls = crate::tls::host(s)?;
+    Ok(config)
+}
+
+/// The host's configuration for `trainyard adapter run`, which talks to no
+/// master: everything an attempt runs under, with a throwaway cluster
+/// secret and no TLS.
+pub fn local_host_config(s: &Settings) -> anyhow::Result<HostConfig> {
+    let secret = ClusterSecret::new(ClusterSecret::generate_hex())?;
+    attempt_config(s, secret)
+}
+
+/// Everything of the host's configuration but TLS.
+fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostConfig> {
     let mut config = HostConfig::new(
         host_id(s)?,
         s.host.master.clone(),
         s.redis_url.clone(),
-        secrets::cluster_secret(&s.cluster, false)?,
+        secret,
         s.host.work_dir.clone(),
     );
     config.slots = s.host.slots;
@@ -115,7 +131,6 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
     config.watch_adapters = s.host.watch_adapters;
     config.metrics_listen = s.host.metrics_listen;
     config.max_frame_bytes = s.host.max_frame_bytes;
-    config.tls = crate::tls::host(s)?;
     Ok(config)
 }
 

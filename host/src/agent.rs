@@ -416,6 +416,7 @@ impl Agent {
         let running = self.running();
         let environments = self
             .env
+            .host
             .python
             .as_ref()
             .map(|p| p.snapshot())
@@ -431,7 +432,7 @@ impl Agent {
             return;
         }
         for report in self.unacked.values().cloned().collect::<Vec<_>>() {
-            self.env.metrics.report_resent();
+            self.env.host.metrics.report_resent();
             self.send(HostMessage::Report(report));
         }
     }

@@ -7,7 +7,11 @@
 //! - [`connection`]: connect, handshake, backoff ([`backoff`]).
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
 //! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
-//! - [`attempt`]: one attempt from lease to report.
+//! - [`attempt`]: one attempt from lease to report; its body runs without
+//!   the lease layer too, for [`local`]: one attempt on this machine with
+//!   no master, Redis or database (`trainyard adapter run`).
+//! - [`conformance`]: the suite `trainyard adapter check` runs against an
+//!   adapter's fresh instances.
 //! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`plan`]: checks an adapter's launch plan against the operator's policy.
@@ -26,9 +30,11 @@ pub mod attempt;
 pub mod backoff;
 pub mod capacity;
 pub mod config;
+pub mod conformance;
 pub mod connection;
 pub mod containment;
 pub mod lease;
+pub mod local;
 pub mod logs;
 pub mod metrics;
 pub mod plan;
@@ -138,7 +144,7 @@ pub async fn load_adapters(
 
 /// Loads one component with its entry's allowlist, containment and Python
 /// environment: at start-up and when its file changes.
-pub(crate) async fn load_adapter(
+pub async fn load_adapter(
     runtime: &runtime::AdapterRuntime,
     spec: &config::AdapterConfig,
     file: &std::path::Path,
@@ -153,6 +159,34 @@ pub(crate) async fn load_adapter(
         containment: Arc::new(spec.containment.clone()),
         python: spec.python.clone().map(Arc::new),
     })
+}
+
+/// Refuses a host whose trainer supervisor is missing.
+pub fn check_supervisor(config: &HostConfig) -> Result<(), HostError> {
+    if config.supervisor.exists() {
+        Ok(())
+    } else {
+        Err(HostError::Supervisor(
+            config.supervisor.display().to_string(),
+        ))
+    }
+}
+
+/// The Python environments, when an adapter entry asks for one.
+pub fn open_python_envs(
+    config: &HostConfig,
+    wanted: bool,
+    metrics: &metrics::HostMetrics,
+) -> Result<Option<python_env::PythonEnvs>, HostError> {
+    if !wanted {
+        return Ok(None);
+    }
+    Ok(Some(python_env::PythonEnvs::open(
+        &config.python,
+        config.runtime.cache_dir.as_deref(),
+        config.id.as_str(),
+        metrics.clone(),
+    )?))
 }
 
 /// A started host.
@@ -199,11 +233,7 @@ pub async fn start(
         .resources
         .validate()
         .map_err(|e| HostError::Resources(e.to_string()))?;
-    if !config.supervisor.exists() {
-        return Err(HostError::Supervisor(
-            config.supervisor.display().to_string(),
-        ));
-    }
+    check_supervisor(&config)?;
     workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
         path: config.work_dir.display().to_string(),
         source,
@@ -225,16 +255,8 @@ pub async fn start(
     let adapters = load_adapters(&runtime, &config).await?;
     let metrics = metrics::HostMetrics::default();
     // By entry, not by what loaded: a file may come later (hot reload).
-    let python = if config.adapters.iter().any(|a| a.python.is_some()) {
-        Some(python_env::PythonEnvs::open(
-            &config.python,
-            config.runtime.cache_dir.as_deref(),
-            config.id.as_str(),
-            metrics.clone(),
-        )?)
-    } else {
-        None
-    };
+    let wanted = config.adapters.iter().any(|a| a.python.is_some());
+    let python = open_python_envs(&config, wanted, &metrics)?;
     let metrics_listener = match config.metrics_listen {
         None => None,
         Some(addr) => Some(
@@ -254,14 +276,16 @@ pub async fn start(
     let config = Arc::new(config);
     let log_book = Arc::new(logs::LogBook::default());
     let env = attempt::AttemptEnv {
-        logs: log_book.clone(),
         lease: lease.clone(),
         book: book.clone(),
-        base_env: Arc::new(base_env(&config)),
-        config: config.clone(),
-        enforcement: Arc::new(enforcement.clone()),
-        metrics: metrics.clone(),
-        python,
+        host: attempt::HostEnv {
+            logs: log_book.clone(),
+            base_env: Arc::new(base_env(&config)),
+            config: config.clone(),
+            enforcement: Arc::new(enforcement.clone()),
+            metrics: metrics.clone(),
+            python,
+        },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
     let watched = adapters.clone();
@@ -341,7 +365,7 @@ fn cgroup_dir_name(config: &HostConfig) -> String {
 
 /// The environment every trainer starts from: the variables the operator
 /// passes through from the host's own environment, then those it sets.
-fn base_env(config: &HostConfig) -> Vec<(String, String)> {
+pub fn base_env(config: &HostConfig) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = config
         .pass_env
         .iter()

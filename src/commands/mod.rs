@@ -4,6 +4,8 @@
 //! Output is plain text that reads the same in a terminal and in a log;
 //! `--json` where offered prints the master's data as JSON instead.
 //!
+//! `adapter` holds an adapter author's commands, which need no master.
+//!
 //! `table` and `format` shape the output, `follow` follows tasks on the
 //! live event stream (for `watch` and `submit --wait`).
 

@@ -1,191 +1,89 @@
-//! One attempt of one task, from lease to report.
+//! The body of an attempt, everything between taking its lease and
+//! releasing it; it never touches the lease layer, so the local runner
+//! ([`crate::local`]) runs the very same steps with a lease it keeps held.
 //!
-//! 1. Take the lease (both keys, atomically) — before anything else, so a
-//!    crash from here on leaves a lease the master can see. Refused: tell
-//!    the master and stop.
-//! 2. Build a fresh workspace; place the checkpoint of an earlier attempt.
-//! 3. Instantiate the adapter, ask it for a launch plan, check the plan
+//! 1. Build a fresh workspace; place the checkpoint of an earlier attempt.
+//! 2. Instantiate the adapter, ask it for a launch plan, check the plan
 //!    against the operator's policy, write its files.
-//! 4. Launch the trainer under its supervisor; feed each stdout line to the
-//!    adapter; capture stdout, stderr and the adapter's records for the
-//!    master ([`crate::logs`]); forward progress (throttled) and checkpoints
-//!    (at once); pass each renewed lease deadline to the supervisor; stop
-//!    the trainer on cancel, on a stop order, on a lost lease or past its
-//!    time limit.
-//! 5. Ask the adapter for the result, unless the host itself ended the run.
-//! 6. Release the lease and store the report in one atomic step; hand the
-//!    report to the agent, which sends it until the master acknowledges it.
+//! 3. Launch the trainer under its supervisor (in the Python environment
+//!    its adapter's entry asks for); feed each stdout line to the adapter;
+//!    capture stdout, stderr and the adapter's records ([`crate::logs`]);
+//!    forward progress (throttled) and checkpoints (at once); pass each
+//!    renewed lease deadline to the supervisor; stop the trainer on cancel,
+//!    on a stop order, on a lost lease or past its time limit.
+//! 4. Ask the adapter for the result, unless the host itself ended the run.
 
+use super::throttle::Throttle;
+use super::{Adapter, Control, HostEnv};
 use crate::agent::AttemptEvent;
-use crate::lease::{Acquired, LeaseLayer};
 use crate::logs::LogWriter;
-use crate::plan::{self, Allowlist};
+use crate::plan;
 use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
 use crate::python_env::{EnvInUse, INTERPRETER_PROGRAMS};
-use crate::renewer::{LeaseBook, LeaseState};
+use crate::renewer::LeaseState;
 use crate::runtime::{
-    AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, LoadedAdapter,
-    OutputEvent, TaskInput,
+    AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, OutputEvent, TaskInput,
 };
 use crate::workspace::Workspace;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use trainyard_proto::messages::{
-    AttemptReport, Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate, MAX_PROGRESS_BATCH,
-};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use trainyard_proto::messages::{Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate};
 use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
-use trainyard_proto::{now_ms, AttemptRef, WorkerId};
+use trainyard_proto::AttemptRef;
 
-/// What the agent may ask of a running attempt.
-#[derive(Debug, Clone)]
-pub enum Control {
-    /// The task was cancelled.
-    Cancel,
-    /// The master says this attempt is not the task's live one.
-    Stop { reason: String },
-    /// The host is shutting down.
-    Shutdown,
+/// What one attempt's body runs with.
+pub struct Body<'a> {
+    pub env: &'a HostEnv,
+    pub adapter: &'a Adapter,
+    pub dispatch: &'a Dispatch,
+    /// Its devices and share, handed to the trainer.
+    pub assignment: &'a Assignment,
+    /// Where the attempt's trainer and adapter lines are captured.
+    pub logs: &'a LogWriter,
+    /// Progress goes out here as [`AttemptEvent::Progress`].
+    pub events: &'a mpsc::Sender<AttemptEvent>,
 }
 
-/// Everything an attempt needs from its host.
-#[derive(Clone)]
-pub struct AttemptEnv {
-    pub lease: LeaseLayer,
-    pub book: Arc<LeaseBook>,
-    pub config: Arc<crate::config::HostConfig>,
-    /// The trainer environment every attempt starts from (pass-through and
-    /// operator variables), computed once.
-    pub base_env: Arc<Vec<(String, String)>>,
-    /// The containment layers this host enforces.
-    pub enforcement: Arc<crate::containment::Enforcement>,
-    pub metrics: crate::metrics::HostMetrics,
-    /// Where the attempt's trainer and adapter lines wait for the master.
-    pub logs: Arc<crate::logs::LogBook>,
-    /// The Python environments, when an adapter's entry asks for one.
-    pub python: Option<crate::python_env::PythonEnvs>,
+/// How a body ended.
+pub struct Ending {
+    pub outcome: Outcome,
+    /// The attempt's workspace, for the caller to remove or keep.
+    pub workspace: Option<Workspace>,
+    /// How the trainer ended, if one was launched (its stderr tail, for a
+    /// local run's report).
+    pub trainer: Option<TrainerExit>,
 }
 
-/// An adapter with the programs it may launch.
-#[derive(Clone)]
-pub struct Adapter {
-    pub loaded: LoadedAdapter,
-    pub allowlist: Arc<Allowlist>,
-    /// How its trainers are contained beyond the host's defaults.
-    pub containment: Arc<crate::containment::AdapterContainment>,
-    /// The requirements of the Python environment its trainers run in.
-    pub python: Option<Arc<crate::python_env::PythonRequirements>>,
-}
-
-/// Runs the attempt to its end, with the devices and share in
-/// `assignment`, and reports through `events`.
-pub async fn run(
-    env: AttemptEnv,
-    adapter: Adapter,
-    dispatch: Dispatch,
-    worker: WorkerId,
-    assignment: Assignment,
-    mut control: mpsc::Receiver<Control>,
-    events: mpsc::Sender<AttemptEvent>,
-) {
-    let attempt = dispatch.attempt;
-    let started = Instant::now();
-    let slot = worker.slot;
-
-    let deadline = match env.lease.acquire(&worker, attempt).await {
-        Ok(Acquired::Granted { deadline }) => deadline,
-        Ok(refused) => {
-            let reason = match refused {
-                Acquired::Fenced { fence } => {
-                    format!("the master gave this attempt up (attempts below {fence} may not run)")
-                }
-                Acquired::Held { by } => format!("the task's lease is held by {by}"),
-                Acquired::Granted { .. } => unreachable!(),
-            };
-            tracing::warn!(%attempt, %reason, "dispatch refused");
-            let _ = events
-                .send(AttemptEvent::Rejected {
-                    attempt,
-                    slot,
-                    reason,
-                })
-                .await;
-            return;
-        }
-        Err(e) => {
-            let reason = format!("could not take the lease: {e}");
-            tracing::warn!(%attempt, %reason, "dispatch refused");
-            // Redis may have written the lease even so; if it did and it
-            // stayed, the task could not run anywhere for a lease TTL.
-            match env.lease.abandon(&worker, attempt).await {
-                Ok(true) => {
-                    tracing::info!(%attempt, "took back the lease Redis had written after all")
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(%attempt, error = %e, "could not check for a lease written after all; it lapses with its TTL")
-                }
-            }
-            let _ = events
-                .send(AttemptEvent::Rejected {
-                    attempt,
-                    slot,
-                    reason,
-                })
-                .await;
-            return;
-        }
-    };
-    let mut lease = env.book.hold(attempt, worker.clone(), deadline);
-    let running = env.metrics.running();
-    let _ = events.send(AttemptEvent::Accepted { attempt, slot }).await;
-    tracing::info!(%attempt, %worker, adapter = %dispatch.adapter, "attempt started");
-
-    let logs = env.logs.writer(attempt);
-    let mut run = Run {
-        env: &env,
-        logs: &logs,
-        attempt,
-        adapter: &dispatch.adapter,
-        assignment: &assignment,
-        events: &events,
-        progress: Throttle::new(env.config.progress_interval),
-    };
-    let (outcome, workspace) = run
-        .execute(&adapter, &dispatch, &mut control, &mut lease.state)
-        .await;
-
-    // Every line is in: the trainer's pipes are drained and the adapter
-    // instance is gone.
-    logs.close();
-    // Stop renewing before releasing, so a renewal cannot race the release.
-    drop(lease);
-    let report = AttemptReport {
-        attempt,
-        host: env.config.id.clone(),
-        slot,
-        outcome,
-        assignment: assignment.clone(),
-        duration_ms: started.elapsed().as_millis() as u64,
-        finished_at_ms: now_ms(),
-    };
-    if let Err(e) = env.lease.release(&worker, &report).await {
-        // The report still goes over the connection; the lease runs out.
-        tracing::warn!(%attempt, error = %e, "could not release the lease and store the report in Redis");
-    }
-    // Removed before the slot is free; every attempt gets a new one.
-    if let Some(ws) = workspace {
-        if !env.config.keep_workspaces {
-            if let Err(e) = ws.remove() {
-                tracing::warn!(%attempt, error = %e, "could not remove the workspace");
-            }
+impl Body<'_> {
+    /// Runs the attempt to its end. `lease` says until when the attempt may
+    /// run; `control` carries cancel, stop and shutdown orders.
+    pub async fn run(
+        self,
+        control: &mut mpsc::Receiver<Control>,
+        lease: &mut watch::Receiver<LeaseState>,
+    ) -> Ending {
+        let mut run = Run {
+            env: self.env,
+            attempt: self.dispatch.attempt,
+            adapter: &self.dispatch.adapter,
+            assignment: self.assignment,
+            events: self.events,
+            progress: Throttle::new(self.env.config.progress_interval),
+            logs: self.logs,
+            trainer: None,
+        };
+        let (outcome, workspace) = run
+            .execute(self.adapter, self.dispatch, control, lease)
+            .await;
+        Ending {
+            outcome,
+            workspace,
+            trainer: run.trainer,
         }
     }
-    tracing::info!(%attempt, outcome = outcome_name(&report.outcome), duration_ms = report.duration_ms, "attempt finished");
-    drop(running);
-    let _ = events.send(AttemptEvent::Finished { slot, report }).await;
 }
 
 /// `HOME` and `TMPDIR` for a trainer: its workspace, so libraries that cache
@@ -266,7 +164,7 @@ enum Ended {
 }
 
 struct Run<'a> {
-    env: &'a AttemptEnv,
+    env: &'a HostEnv,
     attempt: AttemptRef,
     /// The adapter's name, for the metrics of its calls.
     adapter: &'a str,
@@ -276,6 +174,8 @@ struct Run<'a> {
     progress: Throttle,
     /// The attempt's captured lines.
     logs: &'a LogWriter,
+    /// How the trainer ended, once it has.
+    trainer: Option<TrainerExit>,
 }
 
 impl Run<'_> {
@@ -284,7 +184,7 @@ impl Run<'_> {
         adapter: &Adapter,
         dispatch: &Dispatch,
         control: &mut mpsc::Receiver<Control>,
-        lease: &mut tokio::sync::watch::Receiver<LeaseState>,
+        lease: &mut watch::Receiver<LeaseState>,
     ) -> (Outcome, Option<Workspace>) {
         let config = &self.env.config;
         let workspace = match Workspace::create(&config.work_dir, self.attempt) {
@@ -327,7 +227,7 @@ impl Run<'_> {
         checkpoint: Option<CheckpointRef>,
         workspace: &Workspace,
         control: &mut mpsc::Receiver<Control>,
-        lease: &mut tokio::sync::watch::Receiver<LeaseState>,
+        lease: &mut watch::Receiver<LeaseState>,
     ) -> Outcome {
         let config = &self.env.config;
         let context = AttemptContext {
@@ -516,6 +416,7 @@ impl Run<'_> {
             self.logs.push(LogStream::Stdout, line);
         }
         self.flush_progress().await;
+        self.trainer = Some(exit.clone());
         self.env
             .metrics
             .trainer_exited(exit_reason(ended.as_ref(), &exit));
@@ -694,111 +595,5 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Holds back progress updates so an attempt sends at most one per
-/// interval (or one per [`MAX_PROGRESS_BATCH`] events), carrying every event
-/// since the previous one and the newest checkpoint.
-struct Throttle {
-    interval: Duration,
-    last_sent: Option<tokio::time::Instant>,
-    pending: Option<ProgressUpdate>,
-}
-
-impl Throttle {
-    fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            last_sent: None,
-            pending: None,
-        }
-    }
-
-    fn offer(&mut self, mut update: ProgressUpdate) {
-        if let Some(old) = self.pending.take() {
-            let mut earlier = old.earlier;
-            earlier.push(old.progress);
-            earlier.append(&mut update.earlier);
-            update.earlier = earlier;
-            if update.checkpoint.is_none() {
-                update.checkpoint = old.checkpoint;
-            }
-        }
-        self.pending = Some(update);
-    }
-
-    /// Whether the held update should go now: its interval has passed, or
-    /// it holds as many events as one update may carry.
-    fn due(&self) -> bool {
-        let full = self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.earlier.len() + 1 >= MAX_PROGRESS_BATCH);
-        full || self.last_sent.is_none_or(|t| t.elapsed() >= self.interval)
-    }
-
-    fn flush_at(&self) -> Option<tokio::time::Instant> {
-        self.pending.as_ref()?;
-        Some(
-            self.last_sent
-                .map_or_else(tokio::time::Instant::now, |t| t + self.interval),
-        )
-    }
-
-    fn take(&mut self) -> Option<ProgressUpdate> {
-        let update = self.pending.take()?;
-        self.last_sent = Some(tokio::time::Instant::now());
-        Some(update)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use trainyard_proto::messages::Progress;
-
-    fn update(episode: u64, checkpoint: bool) -> ProgressUpdate {
-        ProgressUpdate {
-            attempt: AttemptRef::new(1, 1),
-            progress: Progress {
-                episode: Some(episode),
-                ..Progress::default()
-            },
-            checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
-            earlier: vec![],
-        }
-    }
-
-    #[test]
-    fn the_throttle_batches_every_progress_event_and_keeps_the_checkpoint() {
-        let mut t = Throttle::new(Duration::from_secs(60));
-        assert!(t.due());
-        t.offer(update(1, false));
-        assert_eq!(t.take().unwrap().progress.episode, Some(1));
-        assert!(!t.due());
-        t.offer(update(2, true));
-        t.offer(update(3, false));
-        t.offer(update(4, false));
-        let held = t.take().unwrap();
-        assert_eq!(held.progress.episode, Some(4));
-        let earlier: Vec<_> = held.earlier.iter().map(|p| p.episode).collect();
-        assert_eq!(earlier, [Some(2), Some(3)], "none dropped, oldest first");
-        assert_eq!(held.checkpoint, Some(Checkpoint::External("ckpt-2".into())));
-        assert!(t.take().is_none());
-    }
-
-    #[test]
-    fn a_full_batch_is_due_before_its_interval() {
-        let mut t = Throttle::new(Duration::from_secs(60));
-        t.offer(update(0, false));
-        t.take();
-        for episode in 1..MAX_PROGRESS_BATCH as u64 {
-            t.offer(update(episode, false));
-            assert!(!t.due(), "{episode}");
-        }
-        t.offer(update(MAX_PROGRESS_BATCH as u64, false));
-        assert!(t.due());
-        assert_eq!(t.take().unwrap().earlier.len(), MAX_PROGRESS_BATCH - 1);
     }
 }

@@ -1,0 +1,114 @@
+//! The progress throttle: an attempt forwards at most one progress update
+//! per interval, batching every event since the previous one, so a trainer
+//! printing thousands of lines a second costs the master one message per
+//! interval.
+
+use std::time::Duration;
+use trainyard_proto::messages::{ProgressUpdate, MAX_PROGRESS_BATCH};
+
+/// Holds back progress updates so an attempt sends at most one per
+/// interval (or one per [`MAX_PROGRESS_BATCH`] events), carrying every event
+/// since the previous one and the newest checkpoint.
+pub struct Throttle {
+    interval: Duration,
+    last_sent: Option<tokio::time::Instant>,
+    pending: Option<ProgressUpdate>,
+}
+
+impl Throttle {
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval,
+            last_sent: None,
+            pending: None,
+        }
+    }
+
+    pub fn offer(&mut self, mut update: ProgressUpdate) {
+        if let Some(old) = self.pending.take() {
+            let mut earlier = old.earlier;
+            earlier.push(old.progress);
+            earlier.append(&mut update.earlier);
+            update.earlier = earlier;
+            if update.checkpoint.is_none() {
+                update.checkpoint = old.checkpoint;
+            }
+        }
+        self.pending = Some(update);
+    }
+
+    /// Whether the held update should go now: its interval has passed, or
+    /// it holds as many events as one update may carry.
+    pub fn due(&self) -> bool {
+        let full = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.earlier.len() + 1 >= MAX_PROGRESS_BATCH);
+        full || self.last_sent.is_none_or(|t| t.elapsed() >= self.interval)
+    }
+
+    pub fn flush_at(&self) -> Option<tokio::time::Instant> {
+        self.pending.as_ref()?;
+        Some(
+            self.last_sent
+                .map_or_else(tokio::time::Instant::now, |t| t + self.interval),
+        )
+    }
+
+    pub fn take(&mut self) -> Option<ProgressUpdate> {
+        let update = self.pending.take()?;
+        self.last_sent = Some(tokio::time::Instant::now());
+        Some(update)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_proto::messages::{Checkpoint, Progress};
+    use trainyard_proto::AttemptRef;
+
+    fn update(episode: u64, checkpoint: bool) -> ProgressUpdate {
+        ProgressUpdate {
+            attempt: AttemptRef::new(1, 1),
+            progress: Progress {
+                episode: Some(episode),
+                ..Progress::default()
+            },
+            checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
+            earlier: vec![],
+        }
+    }
+
+    #[test]
+    fn the_throttle_batches_every_progress_event_and_keeps_the_checkpoint() {
+        let mut t = Throttle::new(Duration::from_secs(60));
+        assert!(t.due());
+        t.offer(update(1, false));
+        assert_eq!(t.take().unwrap().progress.episode, Some(1));
+        assert!(!t.due());
+        t.offer(update(2, true));
+        t.offer(update(3, false));
+        t.offer(update(4, false));
+        let held = t.take().unwrap();
+        assert_eq!(held.progress.episode, Some(4));
+        let earlier: Vec<_> = held.earlier.iter().map(|p| p.episode).collect();
+        assert_eq!(earlier, [Some(2), Some(3)], "none dropped, oldest first");
+        assert_eq!(held.checkpoint, Some(Checkpoint::External("ckpt-2".into())));
+        assert!(t.take().is_none());
+    }
+
+    #[test]
+    fn a_full_batch_is_due_before_its_interval() {
+        let mut t = Throttle::new(Duration::from_secs(60));
+        t.offer(update(0, false));
+        t.take();
+        for episode in 1..MAX_PROGRESS_BATCH as u64 {
+            t.offer(update(episode, false));
+            assert!(!t.due(), "{episode}");
+        }
+        t.offer(update(MAX_PROGRESS_BATCH as u64, false));
+        assert!(t.due());
+        assert_eq!(t.take().unwrap().earlier.len(), MAX_PROGRESS_BATCH - 1);
+    }
+}

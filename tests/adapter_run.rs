@@ -1,0 +1,238 @@
+//! `trainyard adapter run`: one attempt of a real adapter, with a real
+//! trainer under the host's supervisor and containment, on this machine
+//! alone. Every run points Redis and the database at a closed port and
+//! names no master, so an attempt that needed any of them would fail.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// A run of `trainyard adapter run ARGS…` in a fresh directory (no config
+/// file, a compiled-component cache of its own), with no cluster at all.
+struct Run {
+    dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn new() -> Run {
+        Run {
+            dir: tempfile::tempdir().expect("temporary directory"),
+        }
+    }
+
+    fn adapter_run(&self, adapter: &str, args: &[&str]) -> Output {
+        let closed = format!("127.0.0.1:{}", trainyard::redis_server::free_port());
+        std::process::Command::new(&common::binaries().trainyard)
+            .current_dir(self.dir.path())
+            .arg("adapter")
+            .arg("run")
+            .arg(common::adapter(adapter))
+            .args(args)
+            .env_clear()
+            // Trainers run as an unprivileged user, who reaches the system's
+            // programs only.
+            .env("PATH", trainyard::cluster::SYSTEM_PATH)
+            .env("TRAINYARD_REDIS_URL", format!("redis://{closed}"))
+            .env(
+                "TRAINYARD_DATABASE_URL",
+                format!("postgres://{closed}/none"),
+            )
+            .env("TRAINYARD_HOST__MASTER", &closed)
+            .output()
+            .expect("run trainyard adapter run")
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn explain(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        stdout(out),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The path after `workspace kept at `.
+fn kept_workspace(out: &Output) -> PathBuf {
+    let text = stdout(out);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("workspace kept at "))
+        .unwrap_or_else(|| panic!("no kept workspace printed\n{}", explain(out)));
+    PathBuf::from(line)
+}
+
+#[test]
+fn the_python_trainer_runs_a_real_trainer_to_success_with_no_cluster() {
+    let run = Run::new();
+    let out = run.adapter_run(
+        "python-trainer",
+        &[
+            "--program",
+            "python3",
+            "--param",
+            "episodes=60",
+            "--param",
+            "seed=3",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(text.contains("adapter python-trainer "), "{text}");
+    assert!(text.contains("[progress] episode 60/60"), "{text}");
+    assert!(text.contains("result: completed"), "{text}");
+    assert!(text.contains("  metric "), "{text}");
+    assert!(text.contains("trainer: exited with 0"), "{text}");
+    let progress = text.lines().position(|l| l.starts_with("[progress]"));
+    let result = text.lines().position(|l| l.starts_with("result:"));
+    assert!(
+        progress < result,
+        "progress comes as it happens, before the result\n{text}"
+    );
+}
+
+#[test]
+fn bad_params_exit_non_zero_with_the_non_retryable_error_printed() {
+    let run = Run::new();
+    let out = run.adapter_run(
+        "python-trainer",
+        &[
+            "--program",
+            "python3",
+            "--params",
+            r#"{"episodes": "lots"}"#,
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
+    assert!(text.contains("not retryable"), "{text}");
+    assert!(text.contains("\"episodes\" must be"), "{text}");
+    assert!(
+        !text.contains("trainer:"),
+        "no trainer was launched\n{text}"
+    );
+}
+
+#[test]
+fn a_failing_trainer_has_its_stderr_tail_printed() {
+    let run = Run::new();
+    let script = "import sys\nprint('starting', flush=True)\n\
+                  sys.stderr.write('Traceback: the reward went NaN at episode 7\\n')\nsys.exit(3)\n";
+    let params = serde_json::json!({ "script": script }).to_string();
+    let out = run.adapter_run(
+        "script-trainer",
+        &["--program", "python3", "--params", &params],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", explain(&out));
+    assert!(text.contains("[stdout] starting"), "{text}");
+    assert!(text.contains("trainer: exited with 3"), "{text}");
+    let tail = text
+        .split("trainer stderr (last lines):")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no stderr tail\n{text}"));
+    assert!(tail.contains("the reward went NaN at episode 7"), "{text}");
+}
+
+/// A script that prints its working directory and leaves a file there.
+const LEAVES_A_FILE: &str = "import os\nprint('cwd=' + os.getcwd(), flush=True)\n\
+                             open('verdict.txt', 'w').write('left behind')\n";
+
+fn printed_cwd(out: &Output) -> PathBuf {
+    let text = stdout(out);
+    let cwd = text
+        .lines()
+        .find_map(|l| l.strip_prefix("[stdout] cwd="))
+        .unwrap_or_else(|| panic!("no cwd printed\n{}", explain(out)));
+    PathBuf::from(cwd)
+}
+
+#[test]
+fn keep_workspace_leaves_the_trainers_files_and_says_where() {
+    let run = Run::new();
+    let params = serde_json::json!({ "script": LEAVES_A_FILE }).to_string();
+    let args = ["--program", "python3", "--params", &params];
+    let out = run.adapter_run("script-trainer", &args);
+    assert!(out.status.success(), "{}", explain(&out));
+    let cwd = printed_cwd(&out);
+    assert!(
+        !cwd.exists(),
+        "without --keep-workspace {} is removed",
+        cwd.display()
+    );
+    assert!(!stdout(&out).contains("workspace kept"));
+
+    let out = run.adapter_run(
+        "script-trainer",
+        &[&args[..], &["--keep-workspace"]].concat(),
+    );
+    assert!(out.status.success(), "{}", explain(&out));
+    let kept = kept_workspace(&out);
+    assert_eq!(
+        kept,
+        printed_cwd(&out),
+        "the workspace printed is the trainer's"
+    );
+    let left = std::fs::read_to_string(kept.join("verdict.txt")).expect("the trainer's file");
+    assert_eq!(left, "left behind");
+    let _ = std::fs::remove_dir_all(kept.parent().and_then(Path::parent).expect("scratch dir"));
+}
+
+#[test]
+fn resume_hands_the_checkpoint_over_to_the_adapter() {
+    let run = Run::new();
+    let first = run.adapter_run(
+        "python-trainer",
+        &[
+            "--program",
+            "python3",
+            "--params",
+            r#"{"episodes": 60, "checkpoint_every": 20, "seed": 1}"#,
+            "--keep-workspace",
+        ],
+    );
+    assert!(first.status.success(), "{}", explain(&first));
+    assert!(
+        stdout(&first).contains("[checkpoint] checkpoint.json"),
+        "{}",
+        stdout(&first)
+    );
+    let kept = kept_workspace(&first);
+    let checkpoint = run.dir.path().join("checkpoint.json");
+    std::fs::copy(kept.join("checkpoint.json"), &checkpoint).expect("the first run's checkpoint");
+    let _ = std::fs::remove_dir_all(kept.parent().and_then(Path::parent).expect("scratch dir"));
+
+    let second = run.adapter_run(
+        "python-trainer",
+        &[
+            "--program",
+            "python3",
+            "--params",
+            r#"{"episodes": 90, "seed": 1}"#,
+            "--resume",
+            checkpoint.to_str().expect("utf-8 path"),
+        ],
+    );
+    let text = stdout(&second);
+    assert!(second.status.success(), "{}", explain(&second));
+    assert!(
+        text.contains(r#"[stdout] {"type":"resumed","from_episode":60}"#),
+        "the adapter passed the checkpoint to its trainer\n{text}"
+    );
+    assert!(text.contains("— resumed from episode 60"), "{text}");
+    let first_episode = text
+        .lines()
+        .find_map(|l| l.strip_prefix("[progress] episode ")?.split_once('/'))
+        .map(|(episode, _)| episode.to_owned());
+    assert_eq!(
+        first_episode.as_deref(),
+        Some("61"),
+        "it did not start over\n{text}"
+    );
+    assert!(text.contains("[progress] episode 90/90"), "{text}");
+}
