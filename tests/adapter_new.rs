@@ -47,9 +47,14 @@ fn author_runs(dir: &Path, args: &[&str]) -> Output {
 /// Runs a goal of the project's own Makefile. The compiled dependencies stay
 /// in one directory under the repository's target/, so later runs of this
 /// test rebuild only the adapter.
-fn make(project: &Path, goal: &str) {
+fn make(project: &Path, goal: &str) -> String {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/adapter-template");
+    // The system's programs first, as on a host: the trainer runs as an
+    // unprivileged user, who cannot reach a `python3` in a home directory.
+    let ours = std::env::var("PATH").unwrap_or_default();
+    let path = format!("{}:{ours}", trainyard::cluster::SYSTEM_PATH);
     let out = Command::new("make")
+        .env("PATH", path)
         .arg("-C")
         .arg(project)
         .arg(goal)
@@ -58,6 +63,7 @@ fn make(project: &Path, goal: &str) {
         .output()
         .expect("run make (install the Debian package make)");
     assert!(out.status.success(), "make {goal} failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `trainyard adapter new` into a fresh directory, built.
@@ -73,8 +79,12 @@ fn new_project(root: &Path) -> PathBuf {
             .unwrap();
     assert_eq!(vendored, ours);
     make(&project, "build");
-    // The project's own unit tests pass as generated.
+    // The project's own unit tests pass as generated; so does trainyard's
+    // conformance suite, and one attempt on this machine succeeds.
     make(&project, "test");
+    assert!(make(&project, "check").contains("passed"));
+    let ran = make(&project, "run");
+    assert!(ran.contains("mean_return"), "{ran}");
     project
 }
 

@@ -77,7 +77,11 @@ fn params_schema() -> serde_json::Value {
 
 /// Parses and checks a task's params (a JSON object).
 fn parse_params(json: &str) -> Result<Params, String> {
-    let params: Params = serde_json::from_str(json).map_err(|e| format!("invalid params: {e}"))?;
+    // An object first: serde would take a JSON array for the struct too.
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(json)
+        .map_err(|e| format!("invalid params: expected a JSON object ({e})"))?;
+    let params: Params =
+        serde_json::from_value(object.into()).map_err(|e| format!("invalid params: {e}"))?;
     within("episodes", params.episodes, EPISODES)?;
     within("arms", params.arms, ARMS)?;
     within("epsilon", params.epsilon, EPSILON)?;
