@@ -60,7 +60,11 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
     RuntimeConfig {
         memory_limit: s.host.adapter_memory_bytes,
         call_timeout: s.host.adapter_call_timeout,
-        cache_dir: s.host.cache_dir.clone(),
+        cache_dir: s
+            .host
+            .adapter_cache_dir
+            .clone()
+            .or_else(|| s.host.cache_dir.clone()),
         max_instances: s.host.adapter_instances,
         log_records: s.host.adapter_log_records,
         log_bytes: s.host.adapter_log_bytes,
