@@ -101,6 +101,7 @@ pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,
     };
     config.runtime = runtime_config(s);
+    config.cache_dir = s.host.cache_dir.clone();
     if let Some(sup) = &s.host.supervisor {
         config.supervisor = sup.clone();
     }

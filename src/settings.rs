@@ -112,9 +112,10 @@ pub struct HostSection {
     pub slots: u32,
     pub work_dir: PathBuf,
     pub cache_dir: Option<PathBuf>,
-    /// Where compiled adapters are kept, when not in `cache_dir`: hosts of
-    /// one machine may share it (files are written atomically), and the test
-    /// suite points every host at one so each adapter compiles once a run.
+    /// Where compiled adapters are kept, when not in `cache_dir` (which
+    /// keeps Python environments either way): hosts of one machine may share
+    /// it (files are written atomically), and the test suite points every
+    /// host at one so each adapter compiles once a run.
     pub adapter_cache_dir: Option<PathBuf>,
     pub on_adapter_error: OnAdapterError,
     pub supervisor: Option<PathBuf>,

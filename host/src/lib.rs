@@ -208,7 +208,10 @@ pub async fn start(
     let python = if adapters.values().any(|a| a.python.is_some()) {
         Some(python_env::PythonEnvs::open(
             &config.python,
-            config.runtime.cache_dir.as_deref(),
+            config
+                .cache_dir
+                .as_deref()
+                .or(config.runtime.cache_dir.as_deref()),
             config.id.as_str(),
             metrics.clone(),
         )?)
