@@ -14,6 +14,11 @@ fault rather than the task's own failure.
 
 The host makes one instance per attempt, so the workspace `finish` reads is
 kept in a module variable set by `prepare`.
+
+`Metadata` answers the contract's optional `metadata` export (0.1.1 on), as
+the Rust adapter does: no params schema (`prepare` validates, so bad params
+end the task FAILED with its message) and the metrics of `result.json`.
+Built against a contract without that export, the class is simply unused.
 """
 
 from componentize_py_types import Err
@@ -71,3 +76,11 @@ class Adapter(exports.Adapter):
             raise Err(types.TaskError(message=str(e), retryable=e.retryable)) from None
         host.log(host.LogLevel.INFO, f"finished in {exit.duration_ms} ms: {result.summary}")
         return result
+
+
+class Metadata:
+    def params_schema(self, kind):
+        return None
+
+    def result_metrics(self):
+        return list(outcome.REQUIRED + outcome.ALSO)

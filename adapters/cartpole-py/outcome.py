@@ -20,8 +20,9 @@ STDERR_LINES = 12
 STDERR_BYTES = 2048
 MAX_METRICS = 256
 MAX_METRIC_NAME = 128
-#: The metrics `result.json` must hold.
+#: The metrics `result.json` must hold, and the others it may.
 REQUIRED = ("mean_return", "best_return", "eval_episodes", "episodes")
+ALSO = ("resumed_from",)
 
 
 class FinishError(Exception):

@@ -10,7 +10,9 @@ the host calls, on a fresh instance of this component:
 - `finish(exit)`: turn the program's exit and the files it left into the
   task's result.
 
-`describe()` is called once, when the host loads the adapter. The contract
+`describe()` is called once, when the host loads the adapter; so are the
+methods of `Metadata`, when the contract has the optional `metadata` export
+(0.1.1 on; built against 0.1.0 the class is unused). The contract
 is `wit/adapter.wit` (world `task-adapter`); componentize-py generates its
 bindings (`wit_world`) when it builds the component.
 
@@ -132,3 +134,14 @@ class Adapter(exports.Adapter):
                    if isinstance(v, (int, float)) and not isinstance(v, bool)]
         return types.TaskResult(metrics=metrics, checkpoint=None,
                                 summary=f"best return {fields.get('best_return')}")
+
+
+class Metadata:
+    def params_schema(self, kind):
+        # A JSON Schema (as text) here lets the master refuse bad params at
+        # submission; None leaves them to `prepare`.
+        return None
+
+    def result_metrics(self):
+        # The metrics `finish` reports, for sweeps to rank on.
+        return ["best_return", "episodes"]
