@@ -123,9 +123,13 @@ class Adapter(exports.Adapter):
 
     def finish(self, exit):
         status = exit.status
-        if not isinstance(status, types.ExitStatus_Exited) or status.value != 0:
-            raise task_error(f"trainer failed ({status}): {exit.stderr_tail[-2000:]}",
-                             retryable=True)
+        if isinstance(status, types.ExitStatus_Exited) and status.value != 0:
+            raise task_error(f"trainer exited with code {status.value}: "
+                             f"{exit.stderr_tail[-2000:]}", retryable=True)
+        if isinstance(status, types.ExitStatus_Signaled):
+            raise task_error(f"trainer killed by signal {status.value}", retryable=True)
+        if isinstance(status, types.ExitStatus_NotLaunched):
+            raise task_error("trainer was never launched", retryable=True)
         try:
             fields = json.loads((Path(_workspace) / RESULT_FILE).read_text())
         except (OSError, ValueError, TypeError) as e:
