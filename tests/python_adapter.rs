@@ -195,8 +195,13 @@ fn input(context: &AttemptContext, params: &str) -> TaskInput {
 async fn the_python_template_builds_and_runs_its_sample_trainer() {
     let dir = tempfile::tempdir().unwrap();
     instantiate_template(dir.path(), "sample-py");
+    // As a user runs it: not as a sub-make of `make test`, whose flags
+    // (and jobserver) are not this project's.
     let built = std::process::Command::new("make")
         .arg(format!("COMPONENTIZE_PY={}", componentize_py().display()))
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
         .current_dir(dir.path())
         .output()
         .expect("make (the Debian package make)");
