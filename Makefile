@@ -46,7 +46,8 @@ $(PYTHON_TOOLS)/bin/pip:
 	@python3 -m venv $(PYTHON_TOOLS) || { rm -rf $(PYTHON_TOOLS); echo "python3 -m venv failed: install the Debian package python3-venv"; exit 1; }
 $(UV): | $(PYTHON_TOOLS)/bin/pip
 	$(PYTHON_TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-$(COMPONENTIZE_PY_STAMP): | $(PYTHON_TOOLS)/bin/pip
+# After uv: two pip runs must not write into one environment at once (make -j).
+$(COMPONENTIZE_PY_STAMP): | $(UV)
 	$(PYTHON_TOOLS)/bin/pip install --quiet --disable-pip-version-check componentize-py==$(COMPONENTIZE_PY_VERSION)
 	@rm -f $(PYTHON_TOOLS)/componentize-py-* && touch $@
 
