@@ -30,18 +30,28 @@ browser:
 	fi
 
 # Python tools the build and the tests use (uv builds trainers' Python
-# environments), in a virtual environment of their own under target/ so that
-# nothing is installed into the machine's Python.
+# environments; componentize-py builds the adapters written in Python), in a
+# virtual environment of their own under target/ so that nothing is
+# installed into the machine's Python.
 PYTHON_TOOLS := target/python-tools
 UV_VERSION := 0.13.9
 UV := $(PYTHON_TOOLS)/bin/uv
-python-tools: $(UV)
-$(UV):
+COMPONENTIZE_PY_VERSION := 0.25.1
+# Installing it leaves a stamp naming the version, so changing the pin
+# reinstalls it.
+COMPONENTIZE_PY_STAMP := $(PYTHON_TOOLS)/componentize-py-$(COMPONENTIZE_PY_VERSION)
+python-tools: $(UV) $(COMPONENTIZE_PY_STAMP)
+$(PYTHON_TOOLS)/bin/pip:
 	@python3 -m venv --help >/dev/null 2>&1 || { echo "python3 -m venv not available: install the Debian package python3-venv"; exit 1; }
-	@[ -x $(PYTHON_TOOLS)/bin/pip ] || python3 -m venv $(PYTHON_TOOLS) || { rm -rf $(PYTHON_TOOLS); echo "python3 -m venv failed: install the Debian package python3-venv"; exit 1; }
+	@python3 -m venv $(PYTHON_TOOLS) || { rm -rf $(PYTHON_TOOLS); echo "python3 -m venv failed: install the Debian package python3-venv"; exit 1; }
+$(UV): | $(PYTHON_TOOLS)/bin/pip
 	$(PYTHON_TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+# After uv: two pip runs must not write into one environment at once (make -j).
+$(COMPONENTIZE_PY_STAMP): | $(UV)
+	$(PYTHON_TOOLS)/bin/pip install --quiet --disable-pip-version-check componentize-py==$(COMPONENTIZE_PY_VERSION)
+	@rm -f $(PYTHON_TOOLS)/componentize-py-* && touch $@
 
-adapters: prerequisites
+adapters: prerequisites python-tools
 	@$(MAKE) --no-print-directory -C adapters build
 
 build: adapters

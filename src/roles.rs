@@ -61,7 +61,11 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
     RuntimeConfig {
         memory_limit: s.host.adapter_memory_bytes,
         call_timeout: s.host.adapter_call_timeout,
-        cache_dir: s.host.cache_dir.clone(),
+        cache_dir: s
+            .host
+            .adapter_cache_dir
+            .clone()
+            .or_else(|| s.host.cache_dir.clone()),
         max_instances: s.host.adapter_instances,
         log_records: s.host.adapter_log_records,
         log_bytes: s.host.adapter_log_bytes,
@@ -113,6 +117,7 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,
     };
     config.runtime = runtime_config(s);
+    config.cache_dir = s.host.cache_dir.clone();
     if let Some(sup) = &s.host.supervisor {
         config.supervisor = sup.clone();
     }

@@ -112,6 +112,11 @@ pub struct HostSection {
     pub slots: u32,
     pub work_dir: PathBuf,
     pub cache_dir: Option<PathBuf>,
+    /// Where compiled adapters are kept, when not in `cache_dir` (which
+    /// keeps Python environments either way): hosts of one machine may share
+    /// it (files are written atomically), and the test suite points every
+    /// host at one so each adapter compiles once a run.
+    pub adapter_cache_dir: Option<PathBuf>,
     pub on_adapter_error: OnAdapterError,
     pub supervisor: Option<PathBuf>,
     pub pass_env: Vec<String>,
@@ -258,6 +263,7 @@ impl Default for HostSection {
             slots: 2,
             work_dir: "work".into(),
             cache_dir: Some("data/cache".into()),
+            adapter_cache_dir: None,
             on_adapter_error: OnAdapterError::Refuse,
             supervisor: None,
             pass_env: vec!["PATH".into()],

@@ -1,6 +1,9 @@
 //! Benchmark 3: what the adapter runtime adds to one task — instantiation
 //! and every adapter call the task makes — next to the start-up of the
 //! Python interpreter every real trainer pays, measured in the same run.
+//! The adapters written in Rust come first, then `cartpole-py`, written in
+//! Python (a CPython component built by componentize-py), with its costs
+//! broken down by call.
 //!
 //! The runtime uses what wasmtime offers for this: components compiled once
 //! and cached on disk (deserialised at load), pre-instantiation
@@ -25,11 +28,12 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let dir = env.dir.join("adapter");
     let workspace = dir.join("workspace");
     std::fs::create_dir_all(&workspace)?;
-    // What the reference trainer leaves behind, so `finish` reads and checks
-    // real result files as it does after a real run.
+    // What the reference trainers leave behind, so `finish` reads and checks
+    // real result files as it does after a real run (the grid world's and
+    // CartPole's metrics together, so both adapters accept it).
     std::fs::write(
         workspace.join("result.json"),
-        r#"{"mean_return":0.81,"success_rate":1.0,"eval_episodes":20,"episodes":200}"#,
+        r#"{"mean_return":0.81,"success_rate":1.0,"eval_episodes":20,"episodes":200,"best_return":1.0}"#,
     )?;
     std::fs::write(
         workspace.join("policy.json"),
@@ -39,12 +43,14 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
 
     // Loading: compiling a component versus deserialising the cached one.
     let cache = dir.join("cache");
-    let (compile, cached) = load_times(env, &cache).await?;
-    rows.push(Row::info(
-        "adapter",
-        "load python-trainer.wasm: compile / from the disk cache",
-        format!("{} / {}", human(compile), human(cached)),
-    ));
+    for name in ["python-trainer", PYTHON_ADAPTER] {
+        let (compile, cached) = load_times(env, &cache, name).await?;
+        rows.push(Row::info(
+            "adapter",
+            format!("load {name}.wasm: compile / from the disk cache"),
+            format!("{} / {}", human(compile), human(cached)),
+        ));
+    }
 
     let runtime = AdapterRuntime::new(RuntimeConfig {
         cache_dir: Some(cache),
@@ -127,7 +133,90 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
         "python-trainer: one on-output call (per trainer line)",
         format!("median {median:.1} µs, p99 {p99:.1} µs"),
     ));
+    let python_adapter = runtime.load(&env.adapter(PYTHON_ADAPTER)).await?;
+    rows.extend(python_adapter_rows(env, &python_adapter, &context).await?);
     Ok(rows)
+}
+
+/// The adapter written in Python, and the params of its tasks here.
+const PYTHON_ADAPTER: &str = "cartpole-py";
+const PYTHON_ADAPTER_PARAMS: &str = r#"{"episodes": 200, "seed": 7}"#;
+/// What instantiate + prepare + finish of a Python adapter should stay
+/// under: a small share of the trainer's own start-up (reported, never
+/// asserted).
+const PYTHON_ADAPTER_GOAL: Duration = Duration::from_millis(20);
+
+/// A CPython component's costs, call by call: a fresh instance, `prepare`,
+/// one `on-output` and `finish`, each a median over many tasks.
+async fn python_adapter_rows(
+    env: &BenchEnv,
+    adapter: &LoadedAdapter,
+    context: &AttemptContext,
+) -> anyhow::Result<Vec<Row>> {
+    let rounds = env.size(200, 5);
+    // Columns: instantiate, prepare, on-output, finish.
+    let mut calls: [Vec<f64>; 4] = Default::default();
+    for round in 0..rounds + 3 {
+        let times = timed_calls(adapter, context).await?;
+        // The first rounds fault in the pool's pages; not measured.
+        if round >= 3 {
+            for (column, time) in calls.iter_mut().zip(times) {
+                column.push(time.as_secs_f64() * 1e6);
+            }
+        }
+    }
+    let mut medians = [0.0; 4];
+    for (median, column) in medians.iter_mut().zip(calls.iter_mut()) {
+        *median = median_p99(column).context("no sample")?.0;
+    }
+    let [instantiate, prepare, on_output, finish] = medians;
+    let task = Duration::from_secs_f64((instantiate + prepare + finish) / 1e6);
+    Ok(vec![
+        Row::info(
+            "adapter",
+            format!("{PYTHON_ADAPTER}: instantiate / prepare / on-output / finish, median"),
+            format!("{instantiate:.0} / {prepare:.0} / {on_output:.0} / {finish:.0} µs"),
+        ),
+        Row::checked(
+            "adapter",
+            format!("{PYTHON_ADAPTER}: instantiate + prepare + finish, per task"),
+            human(task),
+            format!("< {}", human(PYTHON_ADAPTER_GOAL)),
+            task < PYTHON_ADAPTER_GOAL,
+        ),
+    ])
+}
+
+/// The four calls of one task on a fresh instance, each timed.
+async fn timed_calls(
+    adapter: &LoadedAdapter,
+    context: &AttemptContext,
+) -> anyhow::Result<[Duration; 4]> {
+    let started = Instant::now();
+    let mut instance = adapter.instantiate(context.clone()).await?;
+    let instantiated = started.elapsed();
+    let started = Instant::now();
+    instance
+        .prepare(&input(context, PYTHON_ADAPTER_PARAMS))
+        .await?
+        .map_err(|f| anyhow::anyhow!("prepare refused: {}", f.message))?;
+    let prepared = started.elapsed();
+    let started = Instant::now();
+    instance.on_output(EPISODE_LINE).await?;
+    let read = started.elapsed();
+    let started = Instant::now();
+    let result = instance
+        .finish(&ExitReport {
+            status: ExitStatus::Exited(0),
+            stderr_tail: String::new(),
+            duration_ms: 1,
+        })
+        .await?;
+    let finished = started.elapsed();
+    if let Err(failure) = result {
+        anyhow::bail!("the adapter failed a clean run: {}", failure.message);
+    }
+    Ok([instantiated, prepared, read, finished])
 }
 
 fn input(context: &AttemptContext, params: &str) -> TaskInput {
@@ -168,13 +257,14 @@ async fn one_task(
     Ok(elapsed)
 }
 
-/// Median time to load the trainer's component without a cache (compile)
-/// and from a warm cache (deserialise).
+/// Median time to load adapter `name`'s component without a cache
+/// (compile) and from a warm cache (deserialise).
 async fn load_times(
     env: &BenchEnv,
     cache: &std::path::Path,
+    name: &str,
 ) -> anyhow::Result<(Duration, Duration)> {
-    let path = env.adapter("python-trainer");
+    let path = env.adapter(name);
     let rounds = env.size(5, 1);
     let mut compile = vec![];
     for _ in 0..rounds {

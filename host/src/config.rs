@@ -82,6 +82,9 @@ pub struct HostConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The installer and package index of Python environments.
     pub python: PythonSettings,
+    /// Where the host keeps the Python environments it builds; when unset,
+    /// next to the compiled adapters (`runtime.cache_dir`).
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// How the host reaches the master over TLS.
@@ -136,6 +139,7 @@ impl HostConfig {
             tls: None,
             metrics_listen: None,
             python: PythonSettings::default(),
+            cache_dir: None,
         }
     }
 }

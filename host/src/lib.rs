@@ -183,7 +183,10 @@ pub fn open_python_envs(
     }
     Ok(Some(python_env::PythonEnvs::open(
         &config.python,
-        config.runtime.cache_dir.as_deref(),
+        config
+            .cache_dir
+            .as_deref()
+            .or(config.runtime.cache_dir.as_deref()),
         config.id.as_str(),
         metrics.clone(),
     )?))

@@ -11,6 +11,8 @@
 //!   it is missing or down.
 //!
 //! - [`browser`]: headless Chromium through WebDriver, for the dashboard.
+//! - [`adapter_cache`]: one compiled-adapter cache for every host of a test
+//!   run, so each adapter is compiled once rather than once per test.
 //! - [`uv`]: the installer `make python-tools` puts under `target/`, and
 //!   [`write_tiny_wheel`]: a package to build Python environments from offline.
 //!
@@ -175,6 +177,17 @@ impl Drop for Database {
             .join();
         }
     }
+}
+
+/// Where the hosts of every test keep compiled adapters:
+/// `target/test-adapter-cache`, created if missing. Entries are keyed by the
+/// component's hash and the engine's, and written atomically, so hosts of
+/// concurrent tests share it safely and a rebuilt adapter gets a new entry.
+pub fn adapter_cache() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-adapter-cache");
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
 }
 
 /// The `uv` that `make python-tools` installs under the workspace's

@@ -152,6 +152,7 @@ impl TestCluster {
             })
             .collect();
         cluster.settings.host.progress_interval = Duration::from_millis(50);
+        cluster.settings.host.adapter_cache_dir = Some(trainyard_testkit::adapter_cache());
         cluster.env.push((
             "RUST_LOG".into(),
             "info,trainyard_host=debug,trainyard_master=debug".into(),

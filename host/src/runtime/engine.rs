@@ -27,8 +27,12 @@ const WASM_PAGE: u64 = 64 << 10;
 
 /// Per-component shape the pool must fit. Components built by
 /// `wasm32-wasip2` toolchains hold a handful of core instances (the program,
-/// shims, fix-ups), one memory and a few tables; these bounds leave room.
-const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
+/// shims, fix-ups), one memory and a few tables. Adapters written in Python
+/// (componentize-py) link CPython dynamically: 14 core instances for the
+/// interpreter alone (libc, libpython, its runtime, WASI shims, fix-ups),
+/// plus one per native extension module an adapter bundles; hence 32. A
+/// slot of the pool's count costs no memory until an instance takes it.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 const MEMORIES_PER_COMPONENT: u32 = 2;
 const TABLES_PER_COMPONENT: u32 = 8;
 

@@ -1,0 +1,289 @@
+//! Adapters written in Python, for real.
+//!
+//! `cartpole-py` (adapters/cartpole-py, built by componentize-py) runs on a
+//! host of a real cluster: a CartPole task completes with the trainer's
+//! metrics and every episode in its progress history, and bad params end
+//! the task FAILED at once with the adapter's own message. The template new
+//! Python adapters start from (templates/python) builds with the project's
+//! componentize-py, loads in the host's runtime and answers its calls.
+//!
+//! The CPython component's first compile takes seconds; every host of the
+//! suite shares one compiled-adapter cache (testkit's `adapter_cache`), so
+//! it is paid once per build of the component, not once per test.
+
+// `serial()` holds a std mutex across each whole test on purpose: the
+// multi-process tests take the machine's ports and CPU one at a time.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use common::{serial, Setup, TestCluster};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use trainyard_host::python_env::PythonRequirements;
+use trainyard_host::runtime::{
+    AdapterRuntime, AttemptContext, ExitReport, ExitStatus, RuntimeConfig, TaskInput,
+};
+use trainyard_master::model::{TaskDetail, TaskStatus};
+use trainyard_proto::AttemptRef;
+
+const ADAPTER: &str = "cartpole-py";
+/// Enough episodes for a history and two checkpoints, few enough to keep
+/// the test short (learning itself is tests/cartpole.rs's business: the
+/// trainer is the same file).
+const EPISODES: u64 = 60;
+
+/// A cluster whose host carries cartpole-py and a `python3` with the
+/// CartPole trainer's requirements (adapters/cartpole/requirements.txt),
+/// which the host builds an environment for with `uv`.
+async fn cartpole_py_cluster() -> TestCluster {
+    let setup = Setup {
+        adapters: vec![(ADAPTER, vec!["python3"])],
+        slots: 2,
+        ..Setup::new("sqlite")
+    };
+    let mut c = TestCluster::prepare(setup).await;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
+        .expect("adapters/cartpole/requirements.txt");
+    let s = &mut c.cluster.settings;
+    s.host.python.uv = trainyard_testkit::uv().display().to_string();
+    for entry in &mut s.host.adapters {
+        entry.python = Some(PythonRequirements::from_lines(&listed));
+    }
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    c
+}
+
+/// Every progress point of a task, oldest first, once its latest episode
+/// has been stored.
+async fn progress_points(c: &TestCluster, done: &TaskDetail) -> Vec<Value> {
+    let latest = done.task.progress.as_ref().and_then(|p| p.episode);
+    let url = format!(
+        "{}/v1/tasks/{}/progress?limit=10000",
+        c.cluster.settings.api.url, done.task.id
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let points = page["points"].as_array().cloned().unwrap_or_default();
+        if points.last().and_then(|p| p["episode"].as_u64()) == latest {
+            return points;
+        }
+        assert!(
+            Instant::now() < until,
+            "the latest progress ({latest:?}) was not stored: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn metric(done: &TaskDetail, name: &str) -> f64 {
+    done.task
+        .result
+        .as_ref()
+        .and_then(|r| r.metrics.get(name).copied())
+        .unwrap_or_else(|| panic!("no {name} metric in {:#?}", done.task.result))
+}
+
+#[tokio::test]
+async fn a_python_adapter_completes_a_cartpole_task_and_fails_bad_params_for_good() {
+    let _serial = serial();
+    let c = cartpole_py_cluster().await;
+    let bad = c
+        .submit(json!({"adapter": ADAPTER, "params": {"gamma": 2}, "max_attempts": 3}))
+        .await;
+    let id = c
+        .submit(json!({
+            "adapter": ADAPTER,
+            "params": {"episodes": EPISODES, "seed": 1, "checkpoint_every": 25},
+        }))
+        .await;
+
+    let failed = c
+        .wait_for_status(bad, TaskStatus::Failed, Duration::from_secs(120))
+        .await;
+    assert_eq!(
+        failed.task.error.as_deref(),
+        Some(r#"invalid params: "gamma" must be a number in [0, 1], got 2"#)
+    );
+    assert_eq!(failed.attempts.len(), 1, "bad params are not retried");
+
+    let done = c
+        .wait_for_status(id, TaskStatus::Completed, Duration::from_secs(300))
+        .await;
+    assert_eq!(done.attempts.len(), 1, "{}", c.all_logs());
+    assert_eq!(metric(&done, "episodes"), EPISODES as f64);
+    assert_eq!(metric(&done, "eval_episodes"), 20.0);
+    assert_eq!(metric(&done, "resumed_from"), 0.0);
+    let mean = metric(&done, "mean_return");
+    assert!(metric(&done, "best_return") >= mean && mean > 0.0, "{mean}");
+    let result = done.task.result.as_ref().expect("a result");
+    let summary = result.summary.clone().unwrap_or_default();
+    assert!(
+        summary.starts_with("mean return ") && summary.ends_with("after 60 episodes"),
+        "{summary}"
+    );
+    let policy = result.checkpoint.as_ref().expect("the final policy");
+    assert_eq!(
+        (policy.kind.as_str(), policy.name.as_str()),
+        ("file", "policy.json")
+    );
+    assert!(policy.bytes > 0);
+
+    let points = progress_points(&c, &done).await;
+    let mut episodes: Vec<u64> = points
+        .iter()
+        .filter(|p| p["episode_return"].is_number())
+        .filter_map(|p| p["episode"].as_u64())
+        .collect();
+    episodes.dedup();
+    assert_eq!(
+        episodes,
+        (1..=EPISODES).collect::<Vec<_>>(),
+        "every episode"
+    );
+    let last = points
+        .iter()
+        .rev()
+        .find(|p| p["episode_return"].is_number())
+        .unwrap();
+    assert!(last["metrics"]["loss"].is_number(), "{last}");
+    assert_eq!(last["metrics"]["mean_return"].as_f64(), Some(mean));
+}
+
+/// The template copied as `trainyard adapter new --lang python` does:
+/// `__NAME__` replaced everywhere, the contract at `wit/adapter.wit`.
+fn instantiate_template(dir: &Path, name: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let template = root.join("templates/python");
+    let entries = std::fs::read_dir(&template).expect("templates/python");
+    for entry in entries {
+        let entry = entry.unwrap();
+        let text = std::fs::read_to_string(entry.path()).expect("a text file");
+        std::fs::write(dir.join(entry.file_name()), text.replace("__NAME__", name)).unwrap();
+    }
+    std::fs::create_dir(dir.join("wit")).unwrap();
+    std::fs::copy(root.join("wit/adapter.wit"), dir.join("wit/adapter.wit")).unwrap();
+}
+
+/// The componentize-py `make python-tools` installs under `target/`.
+fn componentize_py() -> PathBuf {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/python-tools/bin/componentize-py");
+    assert!(
+        path.is_file(),
+        "componentize-py is missing from target/python-tools: run `make python-tools`"
+    );
+    path
+}
+
+fn input(context: &AttemptContext, params: &str) -> TaskInput {
+    TaskInput {
+        attempt: context.attempt,
+        kind: String::new(),
+        params: params.to_owned(),
+        checkpoint: None,
+    }
+}
+
+#[tokio::test]
+async fn the_python_template_builds_and_runs_its_sample_trainer() {
+    let dir = tempfile::tempdir().unwrap();
+    instantiate_template(dir.path(), "sample-py");
+    // As a user runs it: not as a sub-make of `make test`, whose flags
+    // (and jobserver) are not this project's.
+    let built = std::process::Command::new("make")
+        .arg(format!("COMPONENTIZE_PY={}", componentize_py().display()))
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
+        .current_dir(dir.path())
+        .output()
+        .expect("make (the Debian package make)");
+    assert!(
+        built.status.success(),
+        "the template's make failed:\n{}{}",
+        String::from_utf8_lossy(&built.stdout),
+        String::from_utf8_lossy(&built.stderr)
+    );
+
+    // componentize-py's output differs from build to build (the snapshot
+    // holds per-build randomness), so this component is compiled afresh: in
+    // the suite's shared cache it would leave a new entry every run.
+    let runtime = AdapterRuntime::new(RuntimeConfig {
+        cache_dir: Some(dir.path().join("cache")),
+        max_instances: 2,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let adapter = runtime
+        .load(&dir.path().join("dist/sample-py.wasm"))
+        .await
+        .unwrap_or_else(|e| panic!("loading the template's component: {e}"));
+    assert_eq!(adapter.info().name, "sample-py");
+    assert_eq!(adapter.info().kinds, ["sample-py"]);
+
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir(&workspace).unwrap();
+    let context = AttemptContext {
+        attempt: AttemptRef::new(1, 1),
+        workspace: workspace.clone(),
+        logs: None,
+    };
+    let mut refused = adapter.instantiate(context.clone()).await.unwrap();
+    let failure = refused
+        .prepare(&input(&context, r#"{"episodes": "many"}"#))
+        .await
+        .unwrap()
+        .expect_err("bad params");
+    assert!(!failure.retryable);
+    assert!(
+        failure.message.starts_with("invalid params: \"episodes\""),
+        "{}",
+        failure.message
+    );
+
+    // A whole attempt, with the host's part played here: the plan's files
+    // written, its command run, its output handed back line by line.
+    let mut instance = adapter.instantiate(context.clone()).await.unwrap();
+    let plan = instance
+        .prepare(&input(&context, r#"{"episodes": 5}"#))
+        .await
+        .unwrap()
+        .expect("a plan");
+    for file in &plan.files {
+        std::fs::write(workspace.join(&file.path), &file.contents).unwrap();
+    }
+    let command = plan.command.expect("a command");
+    assert_eq!(command.program, "python3");
+    let ran = std::process::Command::new("python3")
+        .args(&command.args)
+        .current_dir(&workspace)
+        .output()
+        .expect("python3");
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    let mut episodes = vec![];
+    for line in String::from_utf8(ran.stdout).unwrap().lines() {
+        if let Some(event) = instance.on_output(line).await.unwrap() {
+            episodes.extend(event.progress.episode);
+        }
+    }
+    assert_eq!(episodes, [1, 2, 3, 4, 5]);
+    let exit = ExitReport {
+        status: ExitStatus::Exited(0),
+        stderr_tail: String::new(),
+        duration_ms: 10,
+    };
+    let success = instance.finish(&exit).await.unwrap().expect("a result");
+    let names: Vec<&str> = success.metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["best_return", "episodes"]);
+}
