@@ -48,6 +48,10 @@ fn author_runs(dir: &Path, args: &[&str]) -> Output {
 /// in one directory under the repository's target/, so later runs of this
 /// test rebuild only the adapter.
 fn make(project: &Path, goal: &str) -> String {
+    make_with(project, goal, &[])
+}
+
+fn make_with(project: &Path, goal: &str, vars: &[String]) -> String {
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/adapter-template");
     // The system's programs first, as on a host: the trainer runs as an
     // unprivileged user, who cannot reach a `python3` in a home directory.
@@ -58,6 +62,11 @@ fn make(project: &Path, goal: &str) -> String {
         .arg("-C")
         .arg(project)
         .arg(goal)
+        .args(vars)
+        // As a user runs it: not as a sub-make of `make test`.
+        .env_remove("MAKEFLAGS")
+        .env_remove("MFLAGS")
+        .env_remove("MAKELEVEL")
         .env("CARGO_TARGET_DIR", &target)
         .env("TRAINYARD", trainyard())
         .output()
@@ -209,4 +218,61 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
         .await
         .expect("a sweep on a declared metric");
     assert!(sweep.metric_checked);
+}
+
+/// The componentize-py `make python-tools` installs under `target/`, so
+/// the test does not install one into each project.
+fn componentize_py() -> String {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/python-tools/bin/componentize-py");
+    assert!(
+        path.is_file(),
+        "componentize-py is missing from target/python-tools: run `make python-tools`"
+    );
+    format!("COMPONENTIZE_PY={}", path.display())
+}
+
+#[tokio::test]
+async fn a_new_python_adapter_builds_checks_runs_and_completes_a_task_on_a_cluster() {
+    let _serial = serial();
+    let root = tempfile::tempdir().unwrap();
+    let name = "my-py";
+    let out = author_runs(root.path(), &["adapter", "new", name, "--lang", "python"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let project = root.path().join(name);
+    assert!(project.join("app.py").is_file() && project.join("wit/adapter.wit").is_file());
+    let tool = componentize_py();
+    make_with(&project, "all", std::slice::from_ref(&tool));
+    assert!(make_with(&project, "check", std::slice::from_ref(&tool)).contains("passed"));
+    let ran = make_with(&project, "run", std::slice::from_ref(&tool));
+    assert!(ran.contains("best_return"), "{ran}");
+
+    let component = project.join(format!("dist/{name}.wasm"));
+    let mut c = TestCluster::prepare(Setup::new("sqlite")).await;
+    c.cluster
+        .settings
+        .host
+        .adapters
+        .push(trainyard::settings::AdapterEntry::new(
+            &component,
+            &["python3"],
+        ));
+    // componentize-py's output differs from build to build: compiled in a
+    // cache of its own, not the suite's shared one, which would keep a new
+    // entry every run.
+    c.cluster.settings.host.adapter_cache_dir = Some(root.path().join("compiled"));
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    let id = c
+        .submit(json!({"adapter": name, "params": {"episodes": 10}}))
+        .await;
+    let done = c.wait_for_status(id, TaskStatus::Completed, PATIENCE).await;
+    let result = done.task.result.as_ref().expect("a result");
+    assert!(result.metrics.contains_key("best_return"), "{result:?}");
+    assert_eq!(
+        done.task.progress.as_ref().and_then(|p| p.episode),
+        Some(10)
+    );
 }

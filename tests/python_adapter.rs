@@ -3,9 +3,8 @@
 //! `cartpole-py` (adapters/cartpole-py, built by componentize-py) runs on a
 //! host of a real cluster: a CartPole task completes with the trainer's
 //! metrics and every episode in its progress history, and bad params end
-//! the task FAILED at once with the adapter's own message. The template new
-//! Python adapters start from (templates/python) builds with the project's
-//! componentize-py, loads in the host's runtime and answers its calls.
+//! the task FAILED at once with the adapter's own message. (The template
+//! new Python adapters start from is tests/adapter_new.rs's business.)
 //!
 //! The CPython component's first compile takes seconds; every host of the
 //! suite shares one compiled-adapter cache (testkit's `adapter_cache`), so
@@ -19,14 +18,10 @@ mod common;
 
 use common::{serial, Setup, TestCluster};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use trainyard_host::python_env::PythonRequirements;
-use trainyard_host::runtime::{
-    AdapterRuntime, AttemptContext, ExitReport, ExitStatus, RuntimeConfig, TaskInput,
-};
 use trainyard_master::model::{TaskDetail, TaskStatus};
-use trainyard_proto::AttemptRef;
 
 const ADAPTER: &str = "cartpole-py";
 /// Enough episodes for a history and two checkpoints, few enough to keep
@@ -154,136 +149,4 @@ async fn a_python_adapter_completes_a_cartpole_task_and_fails_bad_params_for_goo
         .unwrap();
     assert!(last["metrics"]["loss"].is_number(), "{last}");
     assert_eq!(last["metrics"]["mean_return"].as_f64(), Some(mean));
-}
-
-/// The template copied as `trainyard adapter new --lang python` does:
-/// `__NAME__` replaced everywhere, the contract at `wit/adapter.wit`.
-fn instantiate_template(dir: &Path, name: &str) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let template = root.join("templates/python");
-    let entries = std::fs::read_dir(&template).expect("templates/python");
-    for entry in entries {
-        let entry = entry.unwrap();
-        let text = std::fs::read_to_string(entry.path()).expect("a text file");
-        std::fs::write(dir.join(entry.file_name()), text.replace("__NAME__", name)).unwrap();
-    }
-    std::fs::create_dir(dir.join("wit")).unwrap();
-    std::fs::copy(root.join("wit/adapter.wit"), dir.join("wit/adapter.wit")).unwrap();
-}
-
-/// The componentize-py `make python-tools` installs under `target/`.
-fn componentize_py() -> PathBuf {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/python-tools/bin/componentize-py");
-    assert!(
-        path.is_file(),
-        "componentize-py is missing from target/python-tools: run `make python-tools`"
-    );
-    path
-}
-
-fn input(context: &AttemptContext, params: &str) -> TaskInput {
-    TaskInput {
-        attempt: context.attempt,
-        kind: String::new(),
-        params: params.to_owned(),
-        checkpoint: None,
-    }
-}
-
-#[tokio::test]
-async fn the_python_template_builds_and_runs_its_sample_trainer() {
-    let dir = tempfile::tempdir().unwrap();
-    instantiate_template(dir.path(), "sample-py");
-    // As a user runs it: not as a sub-make of `make test`, whose flags
-    // (and jobserver) are not this project's.
-    let built = std::process::Command::new("make")
-        .arg(format!("COMPONENTIZE_PY={}", componentize_py().display()))
-        .env_remove("MAKEFLAGS")
-        .env_remove("MFLAGS")
-        .env_remove("MAKELEVEL")
-        .current_dir(dir.path())
-        .output()
-        .expect("make (the Debian package make)");
-    assert!(
-        built.status.success(),
-        "the template's make failed:\n{}{}",
-        String::from_utf8_lossy(&built.stdout),
-        String::from_utf8_lossy(&built.stderr)
-    );
-
-    // componentize-py's output differs from build to build (the snapshot
-    // holds per-build randomness), so this component is compiled afresh: in
-    // the suite's shared cache it would leave a new entry every run.
-    let runtime = AdapterRuntime::new(RuntimeConfig {
-        cache_dir: Some(dir.path().join("cache")),
-        max_instances: 2,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let adapter = runtime
-        .load(&dir.path().join("dist/sample-py.wasm"))
-        .await
-        .unwrap_or_else(|e| panic!("loading the template's component: {e}"));
-    assert_eq!(adapter.info().name, "sample-py");
-    assert_eq!(adapter.info().kinds, ["sample-py"]);
-
-    let workspace = dir.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    let context = AttemptContext {
-        attempt: AttemptRef::new(1, 1),
-        workspace: workspace.clone(),
-        logs: None,
-    };
-    let mut refused = adapter.instantiate(context.clone()).await.unwrap();
-    let failure = refused
-        .prepare(&input(&context, r#"{"episodes": "many"}"#))
-        .await
-        .unwrap()
-        .expect_err("bad params");
-    assert!(!failure.retryable);
-    assert!(
-        failure.message.starts_with("invalid params: \"episodes\""),
-        "{}",
-        failure.message
-    );
-
-    // A whole attempt, with the host's part played here: the plan's files
-    // written, its command run, its output handed back line by line.
-    let mut instance = adapter.instantiate(context.clone()).await.unwrap();
-    let plan = instance
-        .prepare(&input(&context, r#"{"episodes": 5}"#))
-        .await
-        .unwrap()
-        .expect("a plan");
-    for file in &plan.files {
-        std::fs::write(workspace.join(&file.path), &file.contents).unwrap();
-    }
-    let command = plan.command.expect("a command");
-    assert_eq!(command.program, "python3");
-    let ran = std::process::Command::new("python3")
-        .args(&command.args)
-        .current_dir(&workspace)
-        .output()
-        .expect("python3");
-    assert!(
-        ran.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
-    let mut episodes = vec![];
-    for line in String::from_utf8(ran.stdout).unwrap().lines() {
-        if let Some(event) = instance.on_output(line).await.unwrap() {
-            episodes.extend(event.progress.episode);
-        }
-    }
-    assert_eq!(episodes, [1, 2, 3, 4, 5]);
-    let exit = ExitReport {
-        status: ExitStatus::Exited(0),
-        stderr_tail: String::new(),
-        duration_ms: 10,
-    };
-    let success = instance.finish(&exit).await.unwrap().expect("a result");
-    let names: Vec<&str> = success.metrics.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, ["best_return", "episodes"]);
 }

@@ -27,6 +27,8 @@ pub struct NewArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Lang {
     Rust,
+    /// Built with componentize-py (installed into the project by `make`)
+    Python,
 }
 
 /// The contract, as the hosts of this binary speak it.
@@ -58,9 +60,18 @@ const RUST: &[TemplateFile] = template!("rust":
     "trainer/train.py" => "trainer/train.py",
 );
 
+const PYTHON: &[TemplateFile] = template!("python":
+    "Makefile" => "Makefile",
+    "README.md" => "README.md",
+    ".gitignore" => ".gitignore",
+    "app.py" => "app.py",
+    "trainer.py" => "trainer.py",
+);
+
 fn template(lang: Lang) -> &'static [TemplateFile] {
     match lang {
         Lang::Rust => RUST,
+        Lang::Python => PYTHON,
     }
 }
 
