@@ -238,6 +238,11 @@ async fn bad_specs_are_refused_and_nothing_is_stored(backend: &'static str) {
             base(json!({"early_stopping": {"milestones": [300, 100]}})),
             "ascending",
         ),
+        // No task has run: the adapter's declared metrics are what count.
+        (
+            json!({"adapter": "python-trainer", "metric": "mean_retrun"}),
+            "python-trainer never reports a metric \"mean_retrun\"; it declares",
+        ),
     ];
     for (spec, expected) in cases {
         let message = refused(&c, spec).await;

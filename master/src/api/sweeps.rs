@@ -5,7 +5,7 @@
 use super::error::{ApiError, Body};
 use super::tasks::{SubmitTask, MAX_BATCH};
 use super::AppState;
-use crate::model::{HostRecord, NewTask};
+use crate::model::NewTask;
 use crate::scheduler::{CancelOutcome, SubmitError};
 use crate::search::spec::{self, Expansion, SweepSpec};
 use crate::search::{self, NewSweep, SweepDetail, SweepId, SweepSummary};
@@ -15,6 +15,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use trainyard_proto::messages::AdapterInfo;
 
 /// Checks a spec and turns it into the sweep and its trials' tasks.
 fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<NewTask>), String> {
@@ -63,8 +64,15 @@ pub async fn create(
     Body(spec): Body<SweepSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let (sweep, tasks) = plan(spec, app.default_max_attempts).map_err(ApiError::unprocessable)?;
-    let hosts = app.store.hosts().await?;
-    let declared = declared_metrics(&hosts, &sweep.adapter);
+    // Connected hosts as the scheduler knows them (their record may not be
+    // written yet), and every host seen before.
+    let live = app.scheduler.hosts().await?;
+    let recorded = app.store.hosts().await?;
+    let carried = live
+        .iter()
+        .flat_map(|h| &h.adapters)
+        .chain(recorded.iter().flat_map(|h| &h.adapters));
+    let declared = declared_metrics(carried, &sweep.adapter);
     let reported = app.store.reported_metrics(&sweep.adapter).await?;
     let metric_checked = check_metric(&sweep.adapter, &sweep.metric, &declared, &reported)
         .map_err(ApiError::unprocessable)?;
@@ -195,10 +203,11 @@ mod tests {
 
 /// The metrics `adapter`'s results may hold, as the versions hosts have
 /// carried declare them (contract 0.1.1); empty when none declares any.
-fn declared_metrics(hosts: &[HostRecord], adapter: &str) -> BTreeSet<String> {
-    hosts
-        .iter()
-        .flat_map(|h| &h.adapters)
+fn declared_metrics<'a>(
+    carried: impl Iterator<Item = &'a AdapterInfo>,
+    adapter: &str,
+) -> BTreeSet<String> {
+    carried
         .filter(|a| a.name == adapter)
         .flat_map(|a| a.result_metrics.iter().cloned())
         .collect()
@@ -240,6 +249,7 @@ fn check_metric(
 mod metric_tests {
     use super::check_metric;
     use std::collections::BTreeSet;
+    use trainyard_proto::messages::AdapterInfo;
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
