@@ -64,8 +64,9 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
         cache_dir: s
             .host
             .adapter_cache_dir
-            .clone()
-            .or_else(|| s.host.cache_dir.clone()),
+            .as_deref()
+            .or(s.host.cache_dir.as_deref())
+            .map(absolute),
         max_instances: s.host.adapter_instances,
         log_records: s.host.adapter_log_records,
         log_bytes: s.host.adapter_log_bytes,
@@ -117,7 +118,9 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,
     };
     config.runtime = runtime_config(s);
-    config.cache_dir = s.host.cache_dir.clone();
+    // Absolute, as the Python environments under it are named to
+    // trainers, which run in their workspaces.
+    config.cache_dir = s.host.cache_dir.as_deref().map(absolute);
     if let Some(sup) = &s.host.supervisor {
         config.supervisor = sup.clone();
     }
@@ -137,6 +140,12 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
     config.metrics_listen = s.host.metrics_listen;
     config.max_frame_bytes = s.host.max_frame_bytes;
     Ok(config)
+}
+
+/// `path` made absolute against the current directory, as the host's
+/// directories are handed to trainers and supervisors that run elsewhere.
+fn absolute(path: &std::path::Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Resolves on SIGINT or SIGTERM.

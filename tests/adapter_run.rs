@@ -281,3 +281,48 @@ fn ctrl_c_stops_the_trainer_as_a_cancel_and_removes_the_workspace() {
     );
     assert!(!cwd.exists(), "the workspace {} is removed", cwd.display());
 }
+
+#[test]
+fn requirements_give_the_trainer_a_python_environment_built_from_them() {
+    let run = Run::new();
+    let wheels = run.dir.path().join("wheels");
+    trainyard_testkit::write_tiny_wheel(&wheels);
+    let requirements = run.dir.path().join("requirements.txt");
+    std::fs::write(
+        &requirements,
+        "# offline, from the wheel directory\ntinypkg>=1\n",
+    )
+    .unwrap();
+    let script = "import sys, tinypkg\nprint('value', tinypkg.VALUE, flush=True)\n\
+                  print('prefix', sys.prefix, flush=True)\n";
+    let params = serde_json::json!({ "script": script }).to_string();
+    let uv = format!("host.python.uv={}", trainyard_testkit::uv().display());
+    let links = format!("host.python.find_links=[{}]", wheels.display());
+    let out = run.adapter_run(
+        "script-trainer",
+        &[
+            "--program",
+            "python3",
+            "--params",
+            &params,
+            "--requirements",
+            requirements.to_str().expect("utf-8 path"),
+            "--set",
+            &uv,
+            "--set",
+            &links,
+            "--set",
+            "host.python.no_index=true",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        text.contains("[stdout] value 42"),
+        "the trainer imported the package\n{text}"
+    );
+    assert!(
+        !text.contains("[stdout] prefix /usr\n"),
+        "not the system's Python\n{text}"
+    );
+}
