@@ -94,7 +94,9 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         s.host.master.clone(),
         s.redis_url.clone(),
         secret,
-        s.host.work_dir.clone(),
+        // Absolute: the supervisor confines a trainer to its workspace
+        // after moving into it, where a relative path means another place.
+        std::path::absolute(&s.host.work_dir).unwrap_or_else(|_| s.host.work_dir.clone()),
     );
     config.slots = s.host.slots;
     config.resources = s.host.resources.resolve();
