@@ -96,7 +96,7 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         secret,
         // Absolute: the supervisor confines a trainer to its workspace
         // after moving into it, where a relative path means another place.
-        std::path::absolute(&s.host.work_dir).unwrap_or_else(|_| s.host.work_dir.clone()),
+        absolute(&s.host.work_dir),
     );
     config.slots = s.host.slots;
     config.resources = s.host.resources.resolve();
