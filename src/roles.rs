@@ -64,8 +64,9 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
         cache_dir: s
             .host
             .adapter_cache_dir
-            .clone()
-            .or_else(|| s.host.cache_dir.clone()),
+            .as_deref()
+            .or(s.host.cache_dir.as_deref())
+            .map(absolute),
         max_instances: s.host.adapter_instances,
         log_records: s.host.adapter_log_records,
         log_bytes: s.host.adapter_log_bytes,
@@ -93,7 +94,9 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         s.host.master.clone(),
         s.redis_url.clone(),
         secret,
-        s.host.work_dir.clone(),
+        // Absolute: the supervisor confines a trainer to its workspace
+        // after moving into it, where a relative path means another place.
+        absolute(&s.host.work_dir),
     );
     config.slots = s.host.slots;
     config.resources = s.host.resources.resolve();
@@ -117,7 +120,9 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         OnAdapterError::Skip => trainyard_host::config::OnAdapterError::Skip,
     };
     config.runtime = runtime_config(s);
-    config.cache_dir = s.host.cache_dir.clone();
+    // Absolute, as the Python environments under it are named to
+    // trainers, which run in their workspaces.
+    config.cache_dir = s.host.cache_dir.as_deref().map(absolute);
     if let Some(sup) = &s.host.supervisor {
         config.supervisor = sup.clone();
     }
@@ -137,6 +142,12 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
     config.metrics_listen = s.host.metrics_listen;
     config.max_frame_bytes = s.host.max_frame_bytes;
     Ok(config)
+}
+
+/// `path` made absolute against the current directory, as the host's
+/// directories are handed to trainers and supervisors that run elsewhere.
+fn absolute(path: &std::path::Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Resolves on SIGINT or SIGTERM.

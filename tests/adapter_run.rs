@@ -22,8 +22,15 @@ impl Run {
     }
 
     fn adapter_run(&self, adapter: &str, args: &[&str]) -> Output {
+        self.command(adapter, args)
+            .output()
+            .expect("run trainyard adapter run")
+    }
+
+    fn command(&self, adapter: &str, args: &[&str]) -> std::process::Command {
         let closed = format!("127.0.0.1:{}", trainyard::redis_server::free_port());
-        std::process::Command::new(&common::binaries().trainyard)
+        let mut command = std::process::Command::new(&common::binaries().trainyard);
+        command
             .current_dir(self.dir.path())
             .arg("adapter")
             .arg("run")
@@ -38,9 +45,8 @@ impl Run {
                 "TRAINYARD_DATABASE_URL",
                 format!("postgres://{closed}/none"),
             )
-            .env("TRAINYARD_HOST__MASTER", &closed)
-            .output()
-            .expect("run trainyard adapter run")
+            .env("TRAINYARD_HOST__MASTER", &closed);
+        command
     }
 }
 
@@ -235,4 +241,88 @@ fn resume_hands_the_checkpoint_over_to_the_adapter() {
         "it did not start over\n{text}"
     );
     assert!(text.contains("[progress] episode 90/90"), "{text}");
+}
+
+#[test]
+fn ctrl_c_stops_the_trainer_as_a_cancel_and_removes_the_workspace() {
+    use std::io::{BufRead, BufReader};
+    let run = Run::new();
+    let script = "import os, time\nprint('cwd=' + os.getcwd(), flush=True)\ntime.sleep(120)\n";
+    let params = serde_json::json!({ "script": script }).to_string();
+    let mut child = run
+        .command(
+            "script-trainer",
+            &["--program", "python3", "--params", &params],
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start trainyard adapter run");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut printed = vec![];
+    let cwd = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("ended before the trainer ran: {printed:?}"))
+            .expect("a line");
+        if let Some(cwd) = line.strip_prefix("[stdout] cwd=") {
+            break PathBuf::from(cwd);
+        }
+        printed.push(line);
+    };
+    assert!(cwd.exists());
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("exit status");
+    assert_eq!(status.code(), Some(1), "{rest:?}");
+    assert!(
+        rest.iter().any(|l| l.starts_with("result: cancelled")),
+        "{rest:?}"
+    );
+    assert!(!cwd.exists(), "the workspace {} is removed", cwd.display());
+}
+
+#[test]
+fn requirements_give_the_trainer_a_python_environment_built_from_them() {
+    let run = Run::new();
+    let wheels = run.dir.path().join("wheels");
+    trainyard_testkit::write_tiny_wheel(&wheels);
+    let requirements = run.dir.path().join("requirements.txt");
+    std::fs::write(
+        &requirements,
+        "# offline, from the wheel directory\ntinypkg>=1\n",
+    )
+    .unwrap();
+    let script = "import sys, tinypkg\nprint('value', tinypkg.VALUE, flush=True)\n\
+                  print('prefix', sys.prefix, flush=True)\n";
+    let params = serde_json::json!({ "script": script }).to_string();
+    let uv = format!("host.python.uv={}", trainyard_testkit::uv().display());
+    let links = format!("host.python.find_links=[{}]", wheels.display());
+    let out = run.adapter_run(
+        "script-trainer",
+        &[
+            "--program",
+            "python3",
+            "--params",
+            &params,
+            "--requirements",
+            requirements.to_str().expect("utf-8 path"),
+            "--set",
+            &uv,
+            "--set",
+            &links,
+            "--set",
+            "host.python.no_index=true",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", explain(&out));
+    assert!(
+        text.contains("[stdout] value 42"),
+        "the trainer imported the package\n{text}"
+    );
+    assert!(
+        !text.contains("[stdout] prefix /usr\n"),
+        "not the system's Python\n{text}"
+    );
 }

@@ -149,7 +149,8 @@ fn load_failed(error: &LoadError, took: Duration, not_run: usize) -> SuiteReport
     SuiteReport {
         adapter: None,
         cases,
-        not_run,
+        // The describe case too, when the contract case failed.
+        not_run: not_run + usize::from(!describe_failed),
     }
 }
 

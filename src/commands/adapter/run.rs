@@ -101,6 +101,12 @@ pub async fn run(settings: &Settings, source: &Source, args: RunArgs) -> anyhow:
         entry.path.display(),
         layers(&host.layers())
     );
+    let programs = host.adapter().allowlist.names();
+    if programs.is_empty() {
+        println!("programs: none; allow what it launches with --program NAME");
+    } else {
+        println!("programs: {}", programs.join(", "));
+    }
     let report = host
         .run(
             &task,
