@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{explain, stdout};
+
 use std::process::Output;
 
 fn check(adapter: &std::path::Path, args: &[&str]) -> Output {
@@ -17,18 +19,6 @@ fn check(adapter: &std::path::Path, args: &[&str]) -> Output {
         .expect("run trainyard adapter check")
 }
 
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn explain(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        stdout(out),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// The names of the cases reported with `verdict` ("PASS" or "FAIL").
 fn cases(out: &Output, verdict: &str) -> Vec<String> {

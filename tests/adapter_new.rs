@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{serial, Setup, TestCluster};
+use common::{explain, serial, Setup, TestCluster};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -24,14 +24,6 @@ fn trainyard() -> &'static str {
     env!("CARGO_BIN_EXE_trainyard")
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// Runs `trainyard args…` in `dir` with no configuration file, as an author
 /// would in their project.
@@ -71,7 +63,7 @@ fn make_with(project: &Path, goal: &str, vars: &[String]) -> String {
         .env("TRAINYARD", trainyard())
         .output()
         .expect("run make (install the Debian package make)");
-    assert!(out.status.success(), "make {goal} failed: {}", text(&out));
+    assert!(out.status.success(), "make {goal} failed: {}", explain(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -79,7 +71,7 @@ fn make_with(project: &Path, goal: &str, vars: &[String]) -> String {
 fn new_project(root: &Path) -> PathBuf {
     let project = root.join(NAME);
     let out = author_runs(root, &["adapter", "new", NAME]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", explain(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("make check"));
     // The contract comes with the project, as this binary's hosts speak it.
     let vendored = std::fs::read_to_string(project.join("wit/adapter.wit")).unwrap();
@@ -97,6 +89,26 @@ fn new_project(root: &Path) -> PathBuf {
     project
 }
 
+/// A cluster whose host carries `component`, shipped like any adapter: an
+/// entry in the host's configuration. `compiled` is where the host caches
+/// the compiled component, when not the suite's shared cache.
+async fn cluster_carrying(component: &Path, compiled: Option<PathBuf>) -> TestCluster {
+    let mut c = TestCluster::prepare(Setup::new("sqlite")).await;
+    let host = &mut c.cluster.settings.host;
+    host.adapters.push(trainyard::settings::AdapterEntry::new(
+        component,
+        &["python3"],
+    ));
+    if compiled.is_some() {
+        host.adapter_cache_dir = compiled;
+    }
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    c
+}
+
 #[test]
 fn a_project_is_never_written_over_and_a_bad_name_is_refused() {
     let root = tempfile::tempdir().unwrap();
@@ -106,7 +118,7 @@ fn a_project_is_never_written_over_and_a_bad_name_is_refused() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is not empty"),
         "{}",
-        text(&out)
+        explain(&out)
     );
     assert_eq!(
         std::fs::read_to_string(root.path().join("keep.txt")).unwrap(),
@@ -117,7 +129,7 @@ fn a_project_is_never_written_over_and_a_bad_name_is_refused() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("lower-case letters"),
         "{}",
-        text(&out)
+        explain(&out)
     );
     assert!(!root.path().join("My_Adapter").exists());
 }
@@ -130,20 +142,7 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
     let component = project.join(format!("dist/{NAME}.wasm"));
     assert!(component.exists(), "make built no {}", component.display());
 
-    // Shipped to a host like any adapter: an entry in its configuration.
-    let mut c = TestCluster::prepare(Setup::new("sqlite")).await;
-    c.cluster
-        .settings
-        .host
-        .adapters
-        .push(trainyard::settings::AdapterEntry::new(
-            &component,
-            &["python3"],
-        ));
-    c.cluster.write_config().expect("config");
-    c.start_master().await;
-    c.start_host("host-1");
-    c.wait_for_hosts(1).await;
+    let c = cluster_carrying(&component, None).await;
 
     let id = c
         .submit(json!({"adapter": NAME, "params": {"episodes": 40, "arms": 4, "seed": 7}}))
@@ -238,7 +237,7 @@ async fn a_new_python_adapter_builds_checks_runs_and_completes_a_task_on_a_clust
     let root = tempfile::tempdir().unwrap();
     let name = "my-py";
     let out = author_runs(root.path(), &["adapter", "new", name, "--lang", "python"]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", explain(&out));
     let project = root.path().join(name);
     assert!(project.join("app.py").is_file() && project.join("wit/adapter.wit").is_file());
     let tool = componentize_py();
@@ -248,23 +247,10 @@ async fn a_new_python_adapter_builds_checks_runs_and_completes_a_task_on_a_clust
     assert!(ran.contains("best_return"), "{ran}");
 
     let component = project.join(format!("dist/{name}.wasm"));
-    let mut c = TestCluster::prepare(Setup::new("sqlite")).await;
-    c.cluster
-        .settings
-        .host
-        .adapters
-        .push(trainyard::settings::AdapterEntry::new(
-            &component,
-            &["python3"],
-        ));
     // componentize-py's output differs from build to build: compiled in a
     // cache of its own, not the suite's shared one, which would keep a new
     // entry every run.
-    c.cluster.settings.host.adapter_cache_dir = Some(root.path().join("compiled"));
-    c.cluster.write_config().expect("config");
-    c.start_master().await;
-    c.start_host("host-1");
-    c.wait_for_hosts(1).await;
+    let c = cluster_carrying(&component, Some(root.path().join("compiled"))).await;
     let id = c
         .submit(json!({"adapter": name, "params": {"episodes": 10}}))
         .await;

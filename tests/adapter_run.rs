@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::{explain, stdout};
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -50,18 +52,6 @@ impl Run {
     }
 }
 
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn explain(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status,
-        stdout(out),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// The path after `workspace kept at `.
 fn kept_workspace(out: &Output) -> PathBuf {

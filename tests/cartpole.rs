@@ -4,7 +4,7 @@
 //! host killed mid-run has the next attempt resume from the last checkpoint
 //! and finish the curve.
 //!
-//! The trainer imports numpy and gymnasium: [`provide_trainer_python`] puts
+//! The trainer imports numpy and gymnasium: [`TestCluster::provide_cartpole_python`] puts
 //! the adapter's requirements in its host entry, and each host builds the
 //! Python environment itself.
 
@@ -16,9 +16,7 @@ mod common;
 
 use common::{serial, Setup, TestCluster};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::time::{Duration, Instant};
-use trainyard_host::python_env::PythonRequirements;
+use std::time::Duration;
 use trainyard_master::model::{AttemptOutcome, TaskDetail, TaskStatus};
 
 /// A random policy averages about 22 on CartPole-v1; the trainer's default
@@ -35,7 +33,7 @@ async fn cartpole_cluster(hosts: usize) -> TestCluster {
         ..Setup::new("sqlite")
     };
     let mut c = TestCluster::prepare(setup).await;
-    provide_trainer_python(&mut c);
+    c.provide_cartpole_python();
     c.cluster.write_config().expect("config");
     c.start_master().await;
     for i in 1..=hosts {
@@ -43,46 +41,6 @@ async fn cartpole_cluster(hosts: usize) -> TestCluster {
     }
     c.wait_for_hosts(hosts).await;
     c
-}
-
-/// Asks the cluster's hosts for the trainer's requirements
-/// (`adapters/cartpole/requirements.txt`) in the adapter's host entry: each
-/// host builds the environment with the `uv` of `make python-tools` from the
-/// package index, caches it, and runs the trainer's `python3` from it.
-fn provide_trainer_python(c: &mut TestCluster) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
-        .expect("adapters/cartpole/requirements.txt");
-    let requirements = PythonRequirements::from_lines(&listed);
-    let s = &mut c.cluster.settings;
-    s.host.python.uv = trainyard_testkit::uv().display().to_string();
-    for entry in &mut s.host.adapters {
-        entry.python = Some(requirements.clone());
-    }
-}
-
-/// Every progress point of a task, oldest first, once the latest episode
-/// the task reported has been stored.
-async fn progress_points(c: &TestCluster, done: &TaskDetail) -> Vec<Value> {
-    let latest = done.task.progress.as_ref().and_then(|p| p.episode);
-    let url = format!(
-        "{}/v1/tasks/{}/progress?limit=10000",
-        c.cluster.settings.api.url, done.task.id
-    );
-    // The recorder writes what it heard within its flush interval.
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let page: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
-        let points = page["points"].as_array().cloned().unwrap_or_default();
-        if points.last().and_then(|p| p["episode"].as_u64()) == latest {
-            return points;
-        }
-        assert!(
-            Instant::now() < until,
-            "the latest progress ({latest:?}) was not stored: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The distinct episodes of the points with an episode return, in order.
@@ -129,7 +87,7 @@ async fn a_cartpole_task_learns_and_completes_with_every_episode_in_its_history(
         "{summary:?}"
     );
 
-    let points = progress_points(&c, &done).await;
+    let points = c.progress_points(&done).await;
     assert_eq!(
         episodes_with_returns(&points),
         (1..=EPISODES).collect::<Vec<_>>(),
@@ -215,7 +173,7 @@ async fn a_host_killed_mid_run_has_the_next_attempt_resume_from_the_checkpoint()
 
     // Attempt 2 continues the curve: its first episode follows the
     // checkpoint, and together the attempts cover every episode.
-    let points = progress_points(&c, &done).await;
+    let points = c.progress_points(&done).await;
     let second: Vec<u64> = episodes_with_returns(
         &points
             .iter()

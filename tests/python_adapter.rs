@@ -17,10 +17,8 @@
 mod common;
 
 use common::{serial, Setup, TestCluster};
-use serde_json::{json, Value};
-use std::path::Path;
-use std::time::{Duration, Instant};
-use trainyard_host::python_env::PythonRequirements;
+use serde_json::json;
+use std::time::Duration;
 use trainyard_master::model::{TaskDetail, TaskStatus};
 
 const ADAPTER: &str = "cartpole-py";
@@ -39,42 +37,12 @@ async fn cartpole_py_cluster() -> TestCluster {
         ..Setup::new("sqlite")
     };
     let mut c = TestCluster::prepare(setup).await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
-        .expect("adapters/cartpole/requirements.txt");
-    let s = &mut c.cluster.settings;
-    s.host.python.uv = trainyard_testkit::uv().display().to_string();
-    for entry in &mut s.host.adapters {
-        entry.python = Some(PythonRequirements::from_lines(&listed));
-    }
+    c.provide_cartpole_python();
     c.cluster.write_config().expect("config");
     c.start_master().await;
     c.start_host("host-1");
     c.wait_for_hosts(1).await;
     c
-}
-
-/// Every progress point of a task, oldest first, once its latest episode
-/// has been stored.
-async fn progress_points(c: &TestCluster, done: &TaskDetail) -> Vec<Value> {
-    let latest = done.task.progress.as_ref().and_then(|p| p.episode);
-    let url = format!(
-        "{}/v1/tasks/{}/progress?limit=10000",
-        c.cluster.settings.api.url, done.task.id
-    );
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let page: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
-        let points = page["points"].as_array().cloned().unwrap_or_default();
-        if points.last().and_then(|p| p["episode"].as_u64()) == latest {
-            return points;
-        }
-        assert!(
-            Instant::now() < until,
-            "the latest progress ({latest:?}) was not stored: {page}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn metric(done: &TaskDetail, name: &str) -> f64 {
@@ -130,7 +98,7 @@ async fn a_python_adapter_completes_a_cartpole_task_and_fails_bad_params_for_goo
     );
     assert!(policy.bytes > 0);
 
-    let points = progress_points(&c, &done).await;
+    let points = c.progress_points(&done).await;
     let mut episodes: Vec<u64> = points
         .iter()
         .filter(|p| p["episode_return"].is_number())

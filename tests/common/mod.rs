@@ -558,6 +558,63 @@ impl TestCluster {
     }
 }
 
+impl TestCluster {
+    /// Asks the cluster's hosts for the trainer's requirements
+    /// (`adapters/cartpole/requirements.txt`) in the adapter's host entry: each
+    /// host builds the environment with the `uv` of `make python-tools` from the
+    /// package index, caches it, and runs the trainer's `python3` from it.
+    pub fn provide_cartpole_python(&mut self) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let listed = std::fs::read_to_string(root.join("adapters/cartpole/requirements.txt"))
+            .expect("adapters/cartpole/requirements.txt");
+        let requirements = trainyard_host::python_env::PythonRequirements::from_lines(&listed);
+        let s = &mut self.cluster.settings;
+        s.host.python.uv = trainyard_testkit::uv().display().to_string();
+        for entry in &mut s.host.adapters {
+            entry.python = Some(requirements.clone());
+        }
+    }
+
+    /// Every progress point of a task, oldest first, once the latest episode
+    /// the task reported has been stored.
+    pub async fn progress_points(&self, done: &TaskDetail) -> Vec<serde_json::Value> {
+        let latest = done.task.progress.as_ref().and_then(|p| p.episode);
+        let url = format!(
+            "{}/v1/tasks/{}/progress?limit=10000",
+            self.cluster.settings.api.url, done.task.id
+        );
+        // The recorder writes what it heard within its flush interval.
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let page: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+            let points = page["points"].as_array().cloned().unwrap_or_default();
+            if points.last().and_then(|p| p["episode"].as_u64()) == latest {
+                return points;
+            }
+            assert!(
+                Instant::now() < until,
+                "the latest progress ({latest:?}) was not stored: {page}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// What a command printed on its standard output.
+pub fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A command's status and both its outputs, for a failure message.
+pub fn explain(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        stdout(out),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Waits until `process` has exited, and returns its log.
 pub async fn exited(process: &mut Process, timeout: Duration) -> String {
     let until = Instant::now() + timeout;
