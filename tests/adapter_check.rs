@@ -19,7 +19,6 @@ fn check(adapter: &std::path::Path, args: &[&str]) -> Output {
         .expect("run trainyard adapter check")
 }
 
-
 /// The names of the cases reported with `verdict` ("PASS" or "FAIL").
 fn cases(out: &Output, verdict: &str) -> Vec<String> {
     stdout(out)

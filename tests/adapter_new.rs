@@ -24,7 +24,6 @@ fn trainyard() -> &'static str {
     env!("CARGO_BIN_EXE_trainyard")
 }
 
-
 /// Runs `trainyard args…` in `dir` with no configuration file, as an author
 /// would in their project.
 fn author_runs(dir: &Path, args: &[&str]) -> Output {
@@ -63,7 +62,11 @@ fn make_with(project: &Path, goal: &str, vars: &[String]) -> String {
         .env("TRAINYARD", trainyard())
         .output()
         .expect("run make (install the Debian package make)");
-    assert!(out.status.success(), "make {goal} failed: {}", explain(&out));
+    assert!(
+        out.status.success(),
+        "make {goal} failed: {}",
+        explain(&out)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

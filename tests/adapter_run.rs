@@ -52,7 +52,6 @@ impl Run {
     }
 }
 
-
 /// The path after `workspace kept at `.
 fn kept_workspace(out: &Output) -> PathBuf {
     let text = stdout(out);
