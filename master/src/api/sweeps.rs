@@ -249,7 +249,6 @@ fn check_metric(
 mod metric_tests {
     use super::check_metric;
     use std::collections::BTreeSet;
-    use trainyard_proto::messages::AdapterInfo;
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| n.to_string()).collect()
