@@ -86,7 +86,11 @@ fn new_project(root: &Path) -> PathBuf {
     // The project's own unit tests pass as generated; so does trainyard's
     // conformance suite, and one attempt on this machine succeeds.
     make(&project, "test");
-    assert!(make(&project, "check").contains("passed"));
+    let checked = make(&project, "check");
+    assert!(
+        checked.contains("passed") && checked.contains("metadata/params-schema"),
+        "{checked}"
+    );
     let ran = make(&project, "run");
     assert!(ran.contains("mean_return"), "{ran}");
     project

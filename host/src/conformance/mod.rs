@@ -87,6 +87,7 @@ pub async fn check(
         passed(CONTRACT_CASE, started.elapsed()),
         passed(DESCRIBE_CASE, Duration::ZERO),
     ];
+    reports.extend(schema_case(loaded.info(), sample));
     for case in &suite {
         let started = Instant::now();
         let answer = run_case(&loaded, case, sample).await?;
@@ -100,6 +101,41 @@ pub async fn check(
         adapter: Some(loaded.info().clone()),
         cases: reports,
         not_run: 0,
+    })
+}
+
+/// The name of the case that checks the params schema against the sample.
+pub const SCHEMA_CASE: &str = "metadata/params-schema";
+
+/// When the adapter declares a params schema for the sample's kind: the
+/// schema must accept the sample params, which `prepare` accepts, or the
+/// master would refuse submissions the adapter would run.
+pub fn schema_case(info: &AdapterInfo, sample: &Sample) -> Option<CaseReport> {
+    let kind = match sample.kind.as_str() {
+        "" => info.kinds.first()?,
+        kind => kind,
+    };
+    let text = info.params_schemas.get(kind)?;
+    let params = serde_json::from_str(&sample.params).unwrap_or(serde_json::Value::Null);
+    let checked = trainyard_proto::params_schema::ParamsSchema::compile(text)
+        .and_then(|schema| schema.check(&params));
+    let verdict = match checked {
+        Ok(()) => Verdict::Pass,
+        Err(problem) => Verdict::Fail {
+            why: format!(
+                "the schema of kind {kind:?} refuses {}: {problem}",
+                sample.params
+            ),
+            hint: "the master refuses a submission whose params fail the schema before any \
+                   host sees it: the schema must accept what prepare accepts (build both from \
+                   one description of the params), or pass --params the adapter really takes"
+                .to_owned(),
+        },
+    };
+    Some(CaseReport {
+        name: SCHEMA_CASE.to_owned(),
+        verdict,
+        took: Duration::ZERO,
     })
 }
 
@@ -216,4 +252,44 @@ async fn run_case(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(schema: &str) -> AdapterInfo {
+        AdapterInfo {
+            name: "a".into(),
+            version: "1".into(),
+            kinds: vec!["train".into()],
+            params_schemas: [("train".to_string(), schema.to_string())].into(),
+            ..AdapterInfo::default()
+        }
+    }
+
+    fn sample(params: &str) -> Sample {
+        Sample {
+            params: params.into(),
+            kind: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_schema_must_accept_what_prepare_accepts() {
+        let schema = r#"{"type": "object", "properties": {"episodes": {"type": "integer"}}}"#;
+        let accepted = schema_case(&info(schema), &sample(r#"{"episodes": 3}"#)).unwrap();
+        assert_eq!(accepted.verdict, Verdict::Pass);
+        let refused = schema_case(&info(schema), &sample(r#"{"episodes": "3"}"#)).unwrap();
+        match refused.verdict {
+            Verdict::Fail { why, .. } => assert!(why.contains("/episodes"), "{why}"),
+            Verdict::Pass => panic!("a schema refusing the sample passed"),
+        }
+        let mut none = info(schema);
+        none.params_schemas.clear();
+        assert!(
+            schema_case(&none, &sample("{}")).is_none(),
+            "no schema, no case"
+        );
+    }
 }
