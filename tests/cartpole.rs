@@ -14,10 +14,10 @@
 
 mod common;
 
-use common::{serial, Setup, TestCluster};
+use common::{metric, serial, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::time::Duration;
-use trainyard_master::model::{AttemptOutcome, TaskDetail, TaskStatus};
+use trainyard_master::model::{AttemptOutcome, TaskStatus};
 
 /// A random policy averages about 22 on CartPole-v1; the trainer's default
 /// 300 episodes reach 270-500 over the last 20 (seeds 0-11, mostly above
@@ -52,14 +52,6 @@ fn episodes_with_returns(points: &[Value]) -> Vec<u64> {
         .collect();
     episodes.dedup();
     episodes
-}
-
-fn metric(done: &TaskDetail, name: &str) -> f64 {
-    done.task
-        .result
-        .as_ref()
-        .and_then(|r| r.metrics.get(name).copied())
-        .unwrap_or_else(|| panic!("no {name} metric in {:#?}", done.task.result))
 }
 
 #[tokio::test]

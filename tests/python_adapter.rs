@@ -16,10 +16,10 @@
 
 mod common;
 
-use common::{serial, Setup, TestCluster};
+use common::{metric, serial, Setup, TestCluster};
 use serde_json::json;
 use std::time::Duration;
-use trainyard_master::model::{TaskDetail, TaskStatus};
+use trainyard_master::model::TaskStatus;
 
 const ADAPTER: &str = "cartpole-py";
 /// Enough episodes for a history and two checkpoints, few enough to keep
@@ -43,14 +43,6 @@ async fn cartpole_py_cluster() -> TestCluster {
     c.start_host("host-1");
     c.wait_for_hosts(1).await;
     c
-}
-
-fn metric(done: &TaskDetail, name: &str) -> f64 {
-    done.task
-        .result
-        .as_ref()
-        .and_then(|r| r.metrics.get(name).copied())
-        .unwrap_or_else(|| panic!("no {name} metric in {:#?}", done.task.result))
 }
 
 #[tokio::test]

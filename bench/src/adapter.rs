@@ -157,7 +157,7 @@ async fn python_adapter_rows(
     // Columns: instantiate, prepare, on-output, finish.
     let mut calls: [Vec<f64>; 4] = Default::default();
     for round in 0..rounds + 3 {
-        let times = timed_calls(adapter, context).await?;
+        let times = timed_calls(adapter, context, PYTHON_ADAPTER_PARAMS).await?;
         // The first rounds fault in the pool's pages; not measured.
         if round >= 3 {
             for (column, time) in calls.iter_mut().zip(times) {
@@ -191,13 +191,14 @@ async fn python_adapter_rows(
 async fn timed_calls(
     adapter: &LoadedAdapter,
     context: &AttemptContext,
+    params: &str,
 ) -> anyhow::Result<[Duration; 4]> {
     let started = Instant::now();
     let mut instance = adapter.instantiate(context.clone()).await?;
     let instantiated = started.elapsed();
     let started = Instant::now();
     instance
-        .prepare(&input(context, PYTHON_ADAPTER_PARAMS))
+        .prepare(&input(context, params))
         .await?
         .map_err(|f| anyhow::anyhow!("prepare refused: {}", f.message))?;
     let prepared = started.elapsed();
@@ -236,25 +237,7 @@ async fn one_task(
     context: &AttemptContext,
     params: &str,
 ) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let mut instance = adapter.instantiate(context.clone()).await?;
-    instance
-        .prepare(&input(context, params))
-        .await?
-        .map_err(|f| anyhow::anyhow!("prepare refused: {}", f.message))?;
-    instance.on_output(EPISODE_LINE).await?;
-    let result = instance
-        .finish(&ExitReport {
-            status: ExitStatus::Exited(0),
-            stderr_tail: String::new(),
-            duration_ms: 1,
-        })
-        .await?;
-    let elapsed = started.elapsed();
-    if let Err(failure) = result {
-        anyhow::bail!("the adapter failed a clean run: {}", failure.message);
-    }
-    Ok(elapsed)
+    Ok(timed_calls(adapter, context, params).await?.iter().sum())
 }
 
 /// Median time to load adapter `name`'s component without a cache

@@ -600,6 +600,15 @@ impl TestCluster {
     }
 }
 
+/// A metric of a completed task's result.
+pub fn metric(done: &TaskDetail, name: &str) -> f64 {
+    done.task
+        .result
+        .as_ref()
+        .and_then(|r| r.metrics.get(name).copied())
+        .unwrap_or_else(|| panic!("no {name} metric in {:#?}", done.task.result))
+}
+
 /// What a command printed on its standard output.
 pub fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
