@@ -238,6 +238,12 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
         "the final metrics",
     )
     .await;
+    wait_js(
+        &b,
+        "/^\\d+\\.\\d+\\.\\d+/.test(document.querySelector('#attempts tbody td:nth-child(4)')?.textContent ?? '')",
+        "the version of the adapter the attempt ran",
+    )
+    .await;
     // The whole page, for a person to look at.
     b.set_window_size(1400, 2400).await.unwrap();
     screenshot(&b, "task-completed").await;

@@ -5,6 +5,10 @@
 //! - Routing: a task goes only to a host whose adapter serves its kind; the
 //!   master accepts every kind any host has offered (connected or not) and
 //!   keeps a task PENDING, saying why, while no connected host can run it.
+//! - Versions: one host may carry several versions of an adapter; a task
+//!   pinned to a version requirement (`noop@=0.1.0`) runs only on one it
+//!   allows, an unpinned one on the newest its host carries, and each
+//!   attempt records the version it ran.
 //! - Resources: hosts declare devices in `[host.resources]`; a task asking
 //!   for GPUs gets devices of its own (the `hostile` adapter's `env-values`
 //!   trainer prints `CUDA_VISIBLE_DEVICES` and the rest as its progress
@@ -20,6 +24,7 @@ mod common;
 use common::{serial, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 use trainyard::settings::Settings;
 use trainyard_host::config::GpuSetting;
@@ -353,4 +358,102 @@ async fn a_large_request_that_waited_reserves_a_host_and_small_ones_wait_behind_
     cancel(&c, big).await;
     trainer_env(&c, small).await;
     cancel(&c, small).await;
+}
+
+/// A directory holding both versions of `noop`: 0.1.0 (kind noop) and
+/// 0.2.0-next (kinds noop and next).
+fn both_noops() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["noop", "noop-next"] {
+        std::fs::copy(common::adapter(name), dir.path().join(format!("{name}.wasm"))).unwrap();
+    }
+    dir
+}
+
+/// Waits until the task completes; returns the adapter version it ran.
+async fn ran(c: &TestCluster, id: u64) -> String {
+    let done = c.wait_for_status(id, TaskStatus::Completed, WAIT).await;
+    assert_eq!(done.attempts.len(), 1, "{done:#?}");
+    done.attempts[0].adapter_version.clone().unwrap_or_default()
+}
+
+/// Submits `task`, which must be refused with a 422 saying `expected`.
+async fn refused(c: &TestCluster, task: Value, expected: &str) {
+    let err = c.client().submit(&task).await.unwrap_err().to_string();
+    assert!(err.contains("422") && err.contains(expected), "{task}: {err}");
+}
+
+#[tokio::test]
+async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names() {
+    let _serial = serial();
+    let mut c = TestCluster::prepare(Setup {
+        adapters: vec![("noop", vec!["true"])],
+        ..Setup::new("sqlite")
+    })
+    .await;
+    c.start_master().await;
+    let dir = both_noops();
+    let path: PathBuf = dir.path().into();
+    let both = c.start_host_with("host-both", "host-both", move |s: &mut Settings| {
+        s.host.adapters[0].path = path;
+    });
+    c.wait_for_hosts(1).await;
+    let hosts = c.client().hosts().await.unwrap();
+    let versions: Vec<&str> = hosts[0].adapters.iter().map(|a| a.version.as_str()).collect();
+    assert_eq!(versions, ["0.1.0", "0.2.0-next"], "{hosts:?}");
+
+    // Unpinned: the newest version; pinned: the version named.
+    let any = c.submit(json!({"adapter": "noop"})).await;
+    assert_eq!(ran(&c, any).await, "0.2.0-next");
+    let old = c.submit(json!({"adapter": "noop@=0.1.0"})).await;
+    assert_eq!(ran(&c, old).await, "0.1.0");
+    let out = c.cli(&["submit", "--adapter", "noop@>=0.2.0-next", "--kind", "next"]);
+    let next: u64 = out.trim().parse().expect("submit prints the id");
+    assert_eq!(ran(&c, next).await, "0.2.0-next");
+    let report = c.cli(&["task", &old.to_string()]);
+    assert!(report.contains("adapter     noop@=0.1.0, kind noop\n"), "{report}");
+    assert!(report.contains(" 0.1.0 "), "the attempt's version: {report}");
+
+    // What no known version can run is refused, and nothing is stored.
+    let before = c.client().tasks(None, None, None, None).await.unwrap().len();
+    refused(&c, json!({"adapter": "noop@^0.3"}), "no version of adapter \"noop\" matches ^0.3").await;
+    refused(&c, json!({"adapter": "noop@0.1", "kind": "next"}), "serves no kind \"next\"").await;
+    refused(&c, json!({"adapter": "noop@newest"}), "not a semver version requirement").await;
+    assert_eq!(c.client().tasks(None, None, None, None).await.unwrap().len(), before);
+
+    // A host carrying only 0.1.0: a task pinned past it waits, saying
+    // why; an unpinned one runs there.
+    c.hosts[both].kill();
+    c.wait_for_hosts_where("host-both gone", |h| h.iter().all(|h| !h.connected))
+        .await;
+    c.start_host("host-old");
+    let newer = c.submit(json!({"adapter": "noop@>=0.2.0-next"})).await;
+    waits_because(&c, newer, "no connected host carries noop@>=0.2.0-next with kind noop").await;
+    let plain = c.submit(json!({"adapter": "noop"})).await;
+    assert_eq!(ran(&c, plain).await, "0.1.0");
+    c.client().cancel(newer).await.expect("cancel");
+    c.wait_for_status(newer, TaskStatus::Cancelled, WAIT).await;
+}
+
+#[tokio::test]
+async fn a_host_refuses_two_files_of_one_adapter_version() {
+    let _serial = serial();
+    let mut c = TestCluster::prepare(Setup {
+        adapters: vec![("noop", vec!["true"])],
+        ..Setup::new("sqlite")
+    })
+    .await;
+    let dir = both_noops();
+    std::fs::copy(common::adapter("noop"), dir.path().join("noop-copy.wasm")).unwrap();
+    let path: PathBuf = dir.path().into();
+    let host = c.start_host_with("host-twice", "host-twice", move |s: &mut Settings| {
+        s.host.adapters[0].path = path;
+    });
+    let log = common::exited(&mut c.hosts[host], WAIT).await;
+    assert!(
+        log.contains("two files carry adapter noop 0.1.0")
+            && log.contains("noop-copy.wasm")
+            && log.contains("noop.wasm"),
+        "{log}"
+    );
 }

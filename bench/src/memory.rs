@@ -38,6 +38,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
             .map(|i| NewTask {
                 name: Some(format!("parked-{i}")),
                 adapter: "parked".into(),
+                version: None,
                 kind: "parked".into(),
                 params: r#"{"episodes":300}"#.into(),
                 priority: 0,

@@ -123,6 +123,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
             .map(|_| NewTask {
                 name: None,
                 adapter: "noop".into(),
+                version: None,
                 kind: "noop".into(),
                 params: "{}".into(),
                 priority: 0,
@@ -160,6 +161,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                 attempt: 1,
                 host: worker.host.to_string(),
                 deadline_ms,
+                version: Some("0.1.0".into()),
             })
             .collect();
         let starts = chunk

@@ -14,8 +14,9 @@
 //! The connection ([`crate::connection`]) and the attempts talk to it
 //! through one channel of [`Event`]s; it never blocks on the network.
 
-use crate::attempt::{self, Adapter, AttemptEnv, Control};
+use crate::attempt::{self, AttemptEnv, Control};
 use crate::capacity::Ledger;
+use crate::carried::Carried;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -61,7 +62,7 @@ pub enum Event {
     },
     /// The adapters were reloaded ([`crate::reload`]): from now on
     /// dispatches get these; running attempts keep the adapter they have.
-    Adapters(HashMap<String, Adapter>),
+    Adapters(Carried),
     /// The handshake completed; messages for the master go to `outbox`.
     Connected {
         session: u64,
@@ -89,7 +90,7 @@ struct Slot {
 pub struct Agent {
     host: HostId,
     env: AttemptEnv,
-    adapters: HashMap<String, Adapter>,
+    adapters: Carried,
     slots: Vec<Option<Slot>>,
     /// Which attempt holds which devices and share.
     ledger: Ledger,
@@ -117,7 +118,7 @@ impl Agent {
         host: HostId,
         slots: u32,
         env: AttemptEnv,
-        adapters: HashMap<String, Adapter>,
+        adapters: Carried,
         ledger: Ledger,
     ) -> (Agent, AgentHandle) {
         let (events_tx, events) = mpsc::channel(1024);
@@ -140,13 +141,7 @@ impl Agent {
 
     /// What the host carries, for the handshake.
     pub fn adapter_infos(&self) -> Vec<AdapterInfo> {
-        let mut infos: Vec<AdapterInfo> = self
-            .adapters
-            .values()
-            .map(|a| a.loaded.info().clone())
-            .collect();
-        infos.sort_by(|a, b| a.name.cmp(&b.name));
-        infos
+        self.adapters.infos()
     }
 
     pub async fn run(mut self, heartbeat: Duration, resend: Duration) {
@@ -305,21 +300,13 @@ impl Agent {
             tracing::warn!(%attempt, "dispatch for a task this host already runs; ignored");
             return;
         }
-        let Some(adapter) = self.adapters.get(&dispatch.adapter).cloned() else {
-            return self.send(reject(format!(
-                "this host does not carry adapter {:?}",
-                dispatch.adapter
-            )));
+        let adapter = match self
+            .adapters
+            .pick(&dispatch.adapter, &dispatch.version, &dispatch.kind)
+        {
+            Ok(adapter) => adapter.clone(),
+            Err(reason) => return self.send(reject(reason)),
         };
-        let kinds = &adapter.loaded.info().kinds;
-        if !dispatch.kind.is_empty() && !kinds.contains(&dispatch.kind) {
-            return self.send(reject(format!(
-                "adapter {:?} here runs no kind {:?} (it runs: {})",
-                dispatch.adapter,
-                dispatch.kind,
-                kinds.join(", ")
-            )));
-        }
         let Some(index) = self.slots.iter().position(Option::is_none) else {
             return self.send(reject("no free slot".into()));
         };

@@ -6,6 +6,7 @@
 //! - [`config`]: the host's settings.
 //! - [`connection`]: connect, handshake, backoff ([`backoff`]).
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
+//! - [`carried`]: the adapters carried, by name and version.
 //! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
 //! - [`attempt`]: one attempt from lease to report; its body runs without
 //!   the lease layer too, for [`local`]: one attempt on this machine with
@@ -29,6 +30,7 @@ pub mod agent;
 pub mod attempt;
 pub mod backoff;
 pub mod capacity;
+pub mod carried;
 pub mod config;
 pub mod conformance;
 pub mod connection;
@@ -46,7 +48,6 @@ pub mod runtime;
 pub mod workspace;
 
 use config::{HostConfig, OnAdapterError};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -62,8 +63,13 @@ pub enum HostError {
     Adapter { path: String, reason: String },
     #[error("no adapter loaded; a host with nothing to run is refused")]
     NoAdapters,
-    #[error("two adapters are named {0:?}")]
-    DuplicateAdapter(String),
+    #[error("two files carry adapter {name} {version}: {first} and {second}; remove one")]
+    DuplicateAdapter {
+        name: String,
+        version: String,
+        first: String,
+        second: String,
+    },
     #[error("invalid Redis URL: {0}")]
     RedisUrl(redis::RedisError),
     #[error("TLS: {0}")]
@@ -99,8 +105,8 @@ pub enum HostError {
 pub async fn load_adapters(
     runtime: &runtime::AdapterRuntime,
     config: &HostConfig,
-) -> Result<HashMap<String, attempt::Adapter>, HostError> {
-    let mut adapters = HashMap::new();
+) -> Result<carried::Carried, HostError> {
+    let mut adapters = carried::Carried::default();
     let mut watched_dir = false;
     for spec in &config.adapters {
         watched_dir |= spec.path.is_dir();
@@ -121,11 +127,14 @@ pub async fn load_adapters(
                         %path,
                         "adapter loaded"
                     );
-                    if adapters
-                        .insert(info.name.clone(), adapter.clone())
-                        .is_some()
-                    {
-                        return Err(HostError::DuplicateAdapter(info.name.clone()));
+                    let (name, version) = (info.name.clone(), info.version.clone());
+                    if let Err(kept) = adapters.insert(adapter) {
+                        return Err(HostError::DuplicateAdapter {
+                            name,
+                            version,
+                            first: kept.loaded.path().display().to_string(),
+                            second: path,
+                        });
                     }
                 }
                 Err(reason) if config.on_adapter_error == OnAdapterError::Skip => {

@@ -26,7 +26,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
-use trainyard_proto::messages::{Checkpoint, Dispatch, LogBatch, Outcome, ProgressUpdate};
+use trainyard_proto::messages::{
+    AdapterInfo, Checkpoint, Dispatch, LogBatch, Outcome, ProgressUpdate,
+};
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;
 
@@ -54,10 +56,11 @@ pub struct LocalTask {
 impl LocalTask {
     /// The dispatch a master would send: task 1, attempt 1 — or attempt 2
     /// when resuming, as the attempt after a lost one would be.
-    fn dispatch(&self, adapter: &str) -> Dispatch {
+    fn dispatch(&self, adapter: &AdapterInfo) -> Dispatch {
         Dispatch {
             attempt: AttemptRef::new(1, if self.resume.is_some() { 2 } else { 1 }),
-            adapter: adapter.to_owned(),
+            adapter: adapter.name.clone(),
+            version: adapter.version.clone(),
             kind: self.kind.clone(),
             params: self.params.clone(),
             checkpoint: self
@@ -159,7 +162,7 @@ impl LocalHost {
         mut on: impl FnMut(Happening),
     ) -> LocalReport {
         let started = Instant::now();
-        let dispatch = task.dispatch(&self.adapter.loaded.info().name);
+        let dispatch = task.dispatch(self.adapter.loaded.info());
         let logs = self.env.logs.writer(dispatch.attempt);
         let (events_tx, mut events) = mpsc::channel(64);
         let (orders, mut control) = mpsc::channel(1);

@@ -15,9 +15,10 @@
 
 use crate::agent::{AgentHandle, Event};
 use crate::attempt::Adapter;
+use crate::carried::Carried;
 use crate::config::{AdapterConfig, HostConfig};
 use crate::runtime::AdapterRuntime;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -90,17 +91,15 @@ pub fn changes(before: &Files, now: &Files) -> Changes {
     }
 }
 
-/// The adapters by name, from the adapters by file. Two files carrying one
-/// name: the first in path order wins, and the other is reported.
-pub fn by_name(by_path: &BTreeMap<PathBuf, Adapter>) -> HashMap<String, Adapter> {
-    let mut adapters: HashMap<String, Adapter> = HashMap::new();
+/// The adapters carried, from the adapters by file. Two files carrying one
+/// name and version: the first in path order wins, and the other is reported.
+pub fn carried(by_path: &BTreeMap<PathBuf, Adapter>) -> Carried {
+    let mut adapters = Carried::default();
     for (path, adapter) in by_path {
-        let name = adapter.loaded.info().name.clone();
-        if let Some(kept) = adapters.get(&name) {
-            tracing::error!(adapter = %name, kept = %kept.loaded.path().display(), ignored = %path.display(), "two files carry this adapter; ignoring the second");
-            continue;
+        if let Err(kept) = adapters.insert(adapter.clone()) {
+            let info = adapter.loaded.info();
+            tracing::error!(adapter = %info.name, version = %info.version, kept = %kept.loaded.path().display(), ignored = %path.display(), "two files carry this adapter version; ignoring the second");
         }
-        adapters.insert(name, adapter.clone());
     }
     adapters
 }
@@ -111,7 +110,7 @@ pub async fn run(
     runtime: AdapterRuntime,
     config: Arc<HostConfig>,
     seen: Files,
-    loaded: &HashMap<String, Adapter>,
+    loaded: &Carried,
     agent: AgentHandle,
 ) {
     let mut seen = seen;
@@ -154,7 +153,7 @@ pub async fn run(
         if changed
             && agent
                 .tx
-                .send(Event::Adapters(by_name(&by_path)))
+                .send(Event::Adapters(carried(&by_path)))
                 .await
                 .is_err()
         {

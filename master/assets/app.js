@@ -518,7 +518,7 @@ async function taskPage(ctx, view, _params, id) {
     const pct = p.total_episodes ? Math.min(100, (100 * (p.episode || 0)) / p.total_episodes) : null;
     summary.replaceChildren(el("div", { class: "grid" },
       panel("Task", el("dl", { class: "kv" },
-        el("dt", {}, "adapter"), el("dd", {}, `${t.adapter}${t.kind ? " / " + t.kind : ""}`),
+        el("dt", {}, "adapter"), el("dd", {}, `${t.adapter}${t.adapter_version ? "@" + t.adapter_version : ""}${t.kind ? " / " + t.kind : ""}`),
         el("dt", {}, "host"), el("dd", {}, hostLink(t.host), t.slot !== null && t.slot !== undefined ? ` slot ${t.slot}` : ""),
         el("dt", {}, "attempt"), el("dd", {}, `${t.attempt} of at most ${t.max_attempts} (${t.runs} started)`),
         el("dt", {}, "priority"), el("dd", {}, String(t.priority)),
@@ -534,9 +534,10 @@ async function taskPage(ctx, view, _params, id) {
         p.message ? el("p", { class: "muted" }, p.message) : null),
       panel("Params", el("pre", {}, JSON.stringify(t.params, null, 2)))));
     attempts.replaceChildren(panel("Attempts", table(
-      ["attempt", "host", "slot", "dispatched", "ran", "outcome", "reason"],
+      ["attempt", "host", "slot", "version", "dispatched", "ran", "outcome", "reason"],
       t.attempts.map((a) => el("tr", {},
         el("td", {}, String(a.attempt)), el("td", {}, hostLink(a.host)), el("td", {}, a.slot ?? "–"),
+        el("td", {}, a.adapter_version || "–"),
         el("td", {}, fmtTime(a.dispatched_at_ms)), el("td", {}, a.started_at_ms ? fmtDuration(a.started_at_ms, a.finished_at_ms) : "–"),
         el("td", {}, a.outcome ? badge(a.outcome) : el("span", { class: "muted" }, "running")),
         el("td", { class: a.error ? "error" : "muted" }, a.error || "–"))), { id: "attempts" })));

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::{Checkpoint, Metric, Progress};
 use trainyard_proto::resources::{Assignment, HostCapacity, ResourceRequest};
 use trainyard_proto::TaskId;
@@ -118,6 +119,8 @@ impl AttemptOutcome {
 pub struct NewTask {
     pub name: Option<String>,
     pub adapter: String,
+    /// The versions of the adapter it may run on; `None`: any.
+    pub version: Option<VersionPin>,
     pub kind: String,
     /// A JSON object, as text.
     pub params: String,
@@ -216,6 +219,10 @@ pub struct Task {
     pub id: TaskId,
     pub name: Option<String>,
     pub adapter: String,
+    /// The versions of the adapter it may run on, as submitted
+    /// (`name@requirement`); absent when any will do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_version: Option<VersionPin>,
     pub kind: String,
     /// The parameters as submitted (a JSON object).
     pub params: serde_json::Value,
@@ -251,6 +258,9 @@ pub struct Task {
 pub struct Attempt {
     pub attempt: u32,
     pub host: String,
+    /// The exact version of the adapter its host ran it with.
+    #[serde(default)]
+    pub adapter_version: Option<String>,
     pub slot: Option<u32>,
     pub dispatched_at_ms: i64,
     pub started_at_ms: Option<i64>,

@@ -154,6 +154,7 @@ async fn submit_noop(s: &Setup) -> u64 {
         .submit(vec![NewTask {
             name: None,
             adapter: "noop".into(),
+            version: None,
             kind: String::new(),
             params: "{}".into(),
             priority: 0,

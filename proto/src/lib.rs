@@ -3,6 +3,8 @@
 //! challenge-response, and the names of the Redis keys both read.
 //!
 //! # Layout
+//! - [`adapter_version`]: adapters' versions and the requirements tasks
+//!   pin them with.
 //! - [`ids`]: task, attempt, host and worker identifiers.
 //! - [`messages`]: every message on the wire, in both directions.
 //! - [`frame`]: length-prefixed MessagePack frames with a size limit.
@@ -20,6 +22,7 @@
 //! Apart from `redis_link` and `tls` this crate does no I/O; policy (timeouts, retries) belongs to
 //! the master and the host.
 
+pub mod adapter_version;
 pub mod auth;
 pub mod frame;
 pub mod ids;
@@ -48,7 +51,9 @@ pub use timers::Timers;
 /// Version 8 carries what adapters declare: params schemas and result
 /// metrics (`AdapterInfo`), and a host's new list of adapters when it
 /// reloads them (`HostMessage::Adapters`).
-pub const PROTOCOL_VERSION: u32 = 8;
+/// Version 9 names the exact adapter version in each dispatch
+/// (`Dispatch::version`).
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

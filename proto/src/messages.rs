@@ -125,6 +125,9 @@ pub enum Checkpoint {
 pub struct Dispatch {
     pub attempt: AttemptRef,
     pub adapter: String,
+    /// The exact version of the adapter to run: one the host advertised.
+    #[serde(default)]
+    pub version: String,
     pub kind: String,
     /// The task's parameters as submitted (a JSON object).
     pub params: String,

@@ -160,6 +160,7 @@ pub fn sample_task(
         id,
         name: None,
         adapter: "python-trainer".into(),
+        adapter_version: None,
         kind: "train".into(),
         params: serde_json::json!({"episodes": 300, "seed": 1}),
         priority: 0,

@@ -207,6 +207,7 @@ async fn one_task_comes_back_with_its_attempts() {
         attempts: vec![trainyard_master::model::Attempt {
             attempt: 1,
             host: "host-2".into(),
+            adapter_version: None,
             slot: Some(0),
             dispatched_at_ms: 1,
             started_at_ms: Some(2),

@@ -13,8 +13,9 @@ const MAX_COUNT: u32 = 10_000;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SubmitArgs {
-    /// The adapter that runs the task, as the hosts name it (e.g. python-trainer)
-    #[arg(long, value_name = "NAME")]
+    /// The adapter that runs the task, as the hosts name it (e.g. python-trainer),
+    /// optionally pinned to versions: NAME@REQUIREMENT (e.g. ppo@=1.2.0, ppo@^1.2)
+    #[arg(long, value_name = "NAME[@VERSION]")]
     pub adapter: String,
     /// One of the adapter's task kinds [default: the adapter's first]
     #[arg(long)]

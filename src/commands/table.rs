@@ -270,7 +270,8 @@ pub fn environments_table_at(hosts: &[HostView], now_ms: i64) -> String {
     )
 }
 
-/// A task's attempts: ATTEMPT, HOST, DISPATCHED, STARTED, FINISHED, OUTCOME, ERROR.
+/// A task's attempts: ATTEMPT, HOST, VERSION (of the adapter), DISPATCHED,
+/// STARTED, FINISHED, OUTCOME, ERROR.
 pub fn render_attempts_table(attempts: &[Attempt]) -> String {
     let rows = attempts
         .iter()
@@ -281,6 +282,7 @@ pub fn render_attempts_table(attempts: &[Attempt]) -> String {
                     Some(slot) => format!("{}/{slot}", a.host),
                     None => a.host.clone(),
                 },
+                or_dash(a.adapter_version.as_deref()),
                 format::timestamp(a.dispatched_at_ms),
                 or_dash(a.started_at_ms.map(format::timestamp)),
                 or_dash(a.finished_at_ms.map(format::timestamp)),
@@ -293,6 +295,7 @@ pub fn render_attempts_table(attempts: &[Attempt]) -> String {
         &[
             "ATTEMPT",
             "HOST",
+            "VERSION",
             "DISPATCHED",
             "STARTED",
             "FINISHED",

@@ -42,9 +42,15 @@ pub fn render_report(detail: &TaskDetail) -> String {
     }
     line(
         "adapter",
-        match t.kind.as_str() {
-            "" => t.adapter.clone(),
-            kind => format!("{}, kind {kind}", t.adapter),
+        {
+            let adapter = match &t.adapter_version {
+                Some(pin) => format!("{}@{pin}", t.adapter),
+                None => t.adapter.clone(),
+            };
+            match t.kind.as_str() {
+                "" => adapter,
+                kind => format!("{adapter}, kind {kind}"),
+            }
         },
     );
     line("params", t.params.to_string());
@@ -218,6 +224,7 @@ mod tests {
         let attempt = |n: u32, outcome| Attempt {
             attempt: n,
             host: format!("host-{n}"),
+            adapter_version: None,
             slot: Some(0),
             dispatched_at_ms: 1_700_000_000_000,
             started_at_ms: Some(1_700_000_001_000),
@@ -275,6 +282,7 @@ mod tests {
         t.host = None;
         t.slot = None;
         t.kind = String::new();
+        t.adapter_version = Some("^0.1".parse().unwrap());
         t.resources = trainyard_proto::resources::ResourceRequest {
             cpus: None,
             memory_bytes: None,
@@ -289,7 +297,7 @@ mod tests {
             "task 8\n",
             "waiting     needs 2 GPUs; largest free: 1 GPU on gpu-3\n",
             "resources   2 GPUs\n",
-            "adapter     python-trainer\n",
+            "adapter     python-trainer@^0.1\n",
             "host        -\n",
             "attempt     none yet (3 runs allowed)\n",
             "started     -\n",

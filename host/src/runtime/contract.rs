@@ -133,6 +133,8 @@ pub fn check_info(info: wit::AdapterInfo) -> Result<(AdapterInfo, String), Strin
             shown(&info.version)
         ));
     }
+    trainyard_proto::adapter_version::check_version(&info.version)
+        .map_err(|e| format!("its version {e}: tasks pin versions by semver"))?;
     if info.description.len() > MAX_DESCRIPTION || info.description.chars().any(char::is_control) {
         return Err(format!(
             "its description must be one line of at most {MAX_DESCRIPTION} bytes"
@@ -276,6 +278,13 @@ mod tests {
             (info("ok", &["a", "a"]), "twice"),
             (info("ok", &[""]), "printable"),
             (info("ok", &["has space"]), "without spaces"),
+            (
+                wit::AdapterInfo {
+                    version: "latest".into(),
+                    ..info("ok", &["a"])
+                },
+                "not a semver version",
+            ),
         ];
         for (info, expected) in cases {
             let problem = check_info(info).expect_err(expected);

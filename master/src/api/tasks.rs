@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use trainyard_proto::adapter_version::{split_spec, VersionPin};
 use trainyard_proto::resources::{memory_amount, ResourceRequest};
 use trainyard_proto::TaskId;
 
@@ -24,7 +25,8 @@ const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitTask {
-    /// The adapter that runs the task.
+    /// The adapter that runs the task, as `name` or `name@requirement`
+    /// (a semver requirement on its version: `ppo@=1.2.0`, `ppo@^1.2`).
     pub adapter: String,
     /// One of the adapter's kinds; its first when omitted.
     #[serde(default)]
@@ -81,10 +83,15 @@ pub struct SubmitBatch {
 impl SubmitTask {
     /// Checks everything that can be checked without the scheduler.
     pub fn validate(self, default_max_attempts: u32) -> Result<NewTask, String> {
-        let adapter = self.adapter.trim().to_string();
+        let (adapter, version) = split_spec(self.adapter.trim());
         if adapter.is_empty() || adapter.len() > 64 {
             return Err("\"adapter\" must be a non-empty adapter name of at most 64 bytes".into());
         }
+        let adapter = adapter.to_string();
+        let version = version
+            .map(VersionPin::parse)
+            .transpose()
+            .map_err(|e| format!("\"adapter\": the version after @ {e}"))?;
         let params = self.params.unwrap_or_else(|| json!({}));
         if !params.is_object() {
             return Err(format!(
@@ -123,6 +130,7 @@ impl SubmitTask {
         Ok(NewTask {
             name: self.name,
             adapter,
+            version,
             kind,
             params,
             priority: self.priority.unwrap_or(0),
@@ -291,6 +299,17 @@ mod tests {
         serde_json::from_value::<SubmitTask>(v)
             .map_err(|e| e.to_string())?
             .validate(3)
+    }
+
+    #[test]
+    fn an_adapter_may_be_pinned_to_a_version_range() {
+        let t = task(json!({"adapter": "ppo@^1.2"})).unwrap();
+        assert_eq!(t.adapter, "ppo");
+        assert_eq!(t.version.map(|v| v.to_string()).as_deref(), Some("^1.2"));
+        assert_eq!(task(json!({"adapter": "ppo"})).unwrap().version, None);
+        let bad = task(json!({"adapter": "ppo@newest"})).unwrap_err();
+        assert!(bad.contains("\"newest\" is not a semver version requirement"), "{bad}");
+        assert!(task(json!({"adapter": "@1.0.0"})).is_err());
     }
 
     #[test]

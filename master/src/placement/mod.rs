@@ -34,7 +34,8 @@ impl Snapshot {
     pub fn why_waiting(&self, task: &crate::model::Task) -> String {
         why_waiting(
             task.id,
-            &Route::new(task.adapter.clone(), task.kind.clone()),
+            &Route::new(task.adapter.clone(), task.kind.clone())
+                .pinned(task.adapter_version.clone()),
             &Need::of(&task.resources),
             &self.hosts,
             self.reservation.as_ref(),

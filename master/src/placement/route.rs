@@ -1,22 +1,27 @@
-//! What a task must find on a host besides room: its adapter and its kind.
+//! What a task must find on a host besides room: its adapter, a version
+//! its pin allows, and its kind.
 //!
 //! [`Route`] is that requirement; a host serves it when one adapter it
-//! carries has the name and lists the kind. [`Catalog`] remembers every
+//! carries has the name, a version the task's pin (if any) allows, and
+//! lists the kind. [`Route::version_on`] picks the version a host runs: the
+//! newest it carries that serves the route. [`Catalog`] remembers every
 //! adapter any host carries or has carried — each version with its kinds,
 //! and the union of kinds over versions and hosts — which is what a
-//! submission is checked against. Versions are kept so that routing on a
-//! version is a change to [`Route`] and [`Route::served_by`] alone.
+//! submission is checked against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use trainyard_proto::adapter_version::{newest, VersionPin};
 use trainyard_proto::messages::AdapterInfo;
 use trainyard_proto::params_schema::ParamsSchema;
 
-/// The adapter and kind a task needs.
+/// The adapter, version and kind a task needs.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Route {
     pub adapter: String,
+    /// The versions the task allows; `None` allows any.
+    pub version: Option<VersionPin>,
     /// Empty only for an adapter declared by the operator before any host
     /// described it; then any kind the host's adapter defaults to will do.
     pub kind: String,
@@ -26,24 +31,53 @@ impl Route {
     pub fn new(adapter: impl Into<String>, kind: impl Into<String>) -> Self {
         Self {
             adapter: adapter.into(),
+            version: None,
             kind: kind.into(),
         }
     }
 
+    /// The same route, allowing only the versions `pin` allows.
+    pub fn pinned(self, pin: Option<VersionPin>) -> Self {
+        Self {
+            version: pin,
+            ..self
+        }
+    }
+
+    /// Whether `adapter` (one a host carries) can run it.
+    fn allows(&self, adapter: &AdapterInfo) -> bool {
+        adapter.name == self.adapter
+            && self.version.as_ref().is_none_or(|pin| pin.allows(&adapter.version))
+            && (self.kind.is_empty() || adapter.kinds.contains(&self.kind))
+    }
+
     /// Whether a host carrying `adapters` can run it.
     pub fn served_by(&self, adapters: &[AdapterInfo]) -> bool {
-        adapters.iter().any(|a| {
-            a.name == self.adapter && (self.kind.is_empty() || a.kinds.contains(&self.kind))
-        })
+        adapters.iter().any(|a| self.allows(a))
+    }
+
+    /// The version a host carrying `adapters` runs it with: the newest that
+    /// serves it.
+    pub fn version_on(&self, adapters: &[AdapterInfo]) -> Option<String> {
+        let serving = adapters.iter().filter(|a| self.allows(a));
+        newest(serving.map(|a| a.version.as_str())).map(str::to_string)
+    }
+
+    /// `noop@=0.1.0`, or the bare name when any version will do.
+    pub fn adapter_spec(&self) -> String {
+        match &self.version {
+            Some(pin) => format!("{}@{pin}", self.adapter),
+            None => self.adapter.clone(),
+        }
     }
 }
 
 impl fmt::Display for Route {
-    /// `python-trainer with kind cartpole`.
+    /// `python-trainer with kind cartpole`, `noop@=0.1.0 with kind noop`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.kind.as_str() {
-            "" => f.write_str(&self.adapter),
-            kind => write!(f, "{} with kind {kind}", self.adapter),
+            "" => f.write_str(&self.adapter_spec()),
+            kind => write!(f, "{} with kind {kind}", self.adapter_spec()),
         }
     }
 }
@@ -58,6 +92,12 @@ pub enum RouteError {
         adapter: String,
         kind: String,
         kinds: Vec<String>,
+    },
+    #[error("no version of adapter {adapter:?} matches {pin}; known versions: {}", versions.join(", "))]
+    UnknownVersion {
+        adapter: String,
+        pin: String,
+        versions: Vec<String>,
     },
     /// The params fail the schema a version of the adapter declares.
     #[error("{problem} (the params schema of {adapter} {version}, kind {kind})")]
@@ -91,6 +131,26 @@ struct Known {
 }
 
 impl Known {
+    /// The known versions `pin` allows (all when there is none).
+    fn allowed<'a>(&'a self, pin: Option<&'a VersionPin>) -> impl Iterator<Item = &'a String> {
+        self.versions
+            .keys()
+            .filter(move |v| pin.is_none_or(|p| p.allows(v)))
+    }
+
+    /// The kinds the versions `pin` allows serve, in the order first seen.
+    fn kinds_of(&self, pin: Option<&VersionPin>) -> Vec<String> {
+        let served: BTreeSet<&String> = self
+            .allowed(pin)
+            .flat_map(|v| self.versions[v].iter())
+            .collect();
+        self.kinds
+            .iter()
+            .filter(|k| served.contains(k))
+            .cloned()
+            .collect()
+    }
+
     /// Keeps the schemas `a` declares, compiling only those that changed.
     /// A schema that does not compile (hosts check them; an old or buggy
     /// one might not) is left out, so it cannot refuse every submission.
@@ -156,7 +216,9 @@ impl Catalog {
         let mut schemas = known
             .schemas
             .iter()
-            .filter(|((_, kind), _)| *kind == route.kind)
+            .filter(|((version, kind), _)| {
+                *kind == route.kind && route.version.as_ref().is_none_or(|p| p.allows(version))
+            })
             .peekable();
         if schemas.peek().is_none() {
             return Ok(());
@@ -186,10 +248,15 @@ impl Catalog {
             .unwrap_or_default()
     }
 
-    /// The route of a submission: the adapter must be known, and the kind
-    /// one some host has offered for it (or, when none was given, the
-    /// adapter's first kind).
-    pub fn resolve(&self, adapter: &str, kind: &str) -> Result<Route, RouteError> {
+    /// The route of a submission: the adapter must be known, some known
+    /// version must satisfy its pin, and the kind must be one such a
+    /// version offers (or, when none was given, the first of them).
+    pub fn resolve(
+        &self,
+        adapter: &str,
+        pin: Option<&VersionPin>,
+        kind: &str,
+    ) -> Result<Route, RouteError> {
         let Some(known) = self.adapters.get(adapter) else {
             let mut names: Vec<String> = self.adapters.keys().cloned().collect();
             names.sort();
@@ -198,18 +265,30 @@ impl Catalog {
                 known: names,
             });
         };
-        if kind.is_empty() {
-            let first = known.kinds.first().cloned().unwrap_or_default();
-            return Ok(Route::new(adapter, first));
+        let route = |kind: &str| Route::new(adapter, kind).pinned(pin.cloned());
+        if known.versions.is_empty() {
+            // Declared by the operator, not yet described by any host.
+            return Ok(route(kind));
         }
-        if !known.kinds.is_empty() && !known.kinds.iter().any(|k| k == kind) {
+        if let Some(pin) = pin.filter(|p| known.allowed(Some(p)).next().is_none()) {
+            return Err(RouteError::UnknownVersion {
+                adapter: adapter.to_string(),
+                pin: pin.to_string(),
+                versions: known.versions.keys().cloned().collect(),
+            });
+        }
+        let kinds = known.kinds_of(pin);
+        if kind.is_empty() {
+            return Ok(route(kinds.first().map_or("", String::as_str)));
+        }
+        if !kinds.iter().any(|k| k == kind) {
             return Err(RouteError::UnknownKind {
                 adapter: adapter.to_string(),
                 kind: kind.to_string(),
-                kinds: known.kinds.clone(),
+                kinds,
             });
         }
-        Ok(Route::new(adapter, kind))
+        Ok(route(kind))
     }
 
     /// The versions of `adapter` seen, with their kinds.
@@ -251,21 +330,21 @@ mod tests {
         c.learn(&[info("python-trainer", "0.2.0", &["cartpole"])]);
         c.learn(&[info("python-trainer", "0.1.0", &["q-learning"])]);
         assert_eq!(
-            c.resolve("python-trainer", "cartpole"),
+            c.resolve("python-trainer", None, "cartpole"),
             Ok(Route::new("python-trainer", "cartpole"))
         );
         assert_eq!(
-            c.resolve("python-trainer", ""),
+            c.resolve("python-trainer", None, ""),
             Ok(Route::new("python-trainer", "q-learning")),
             "the first kind ever offered is the default"
         );
         assert_eq!(c.versions("python-trainer").len(), 2);
         assert!(matches!(
-            c.resolve("python-trainer", "chess"),
+            c.resolve("python-trainer", None, "chess"),
             Err(RouteError::UnknownKind { .. })
         ));
         assert!(matches!(
-            c.resolve("ppo", ""),
+            c.resolve("ppo", None, ""),
             Err(RouteError::UnknownAdapter { .. })
         ));
     }
@@ -280,7 +359,7 @@ mod tests {
         );
         old.result_metrics = vec!["mean_return".into()];
         c.learn(&[old]);
-        let route = c.resolve("ppo", "train").unwrap();
+        let route = c.resolve("ppo", None, "train").unwrap();
         assert_eq!(c.check_params(&route, r#"{"lr": 0.1}"#), Ok(()));
         let refused = c.check_params(&route, r#"{"lr": "fast"}"#).unwrap_err();
         assert!(
@@ -311,15 +390,66 @@ mod tests {
         let mut broken = info("ppo", "1.0.0", &["train"]);
         broken.params_schemas.insert("train".into(), "{".into());
         c.learn(&[broken]);
-        let route = c.resolve("ppo", "train").unwrap();
+        let route = c.resolve("ppo", None, "train").unwrap();
         assert_eq!(c.check_params(&route, r#"{"anything": 1}"#), Ok(()));
+    }
+
+    fn pin(text: &str) -> VersionPin {
+        VersionPin::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_pin_narrows_versions_kinds_and_schemas() {
+        let mut c = Catalog::default();
+        let mut old = info("noop", "0.1.0", &["noop"]);
+        old.params_schemas
+            .insert("noop".into(), r#"{"type": "object", "required": ["old"]}"#.into());
+        c.learn(&[old, info("noop", "0.2.0-next", &["noop", "next"])]);
+        let old_only = pin("=0.1.0");
+        let route = c.resolve("noop", Some(&old_only), "").unwrap();
+        assert_eq!(route.to_string(), "noop@=0.1.0 with kind noop");
+        assert!(matches!(
+            c.resolve("noop", Some(&old_only), "next"),
+            Err(RouteError::UnknownKind { kinds, .. }) if kinds == ["noop"]
+        ));
+        let refused = c.resolve("noop", Some(&pin("^0.3")), "").unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "no version of adapter \"noop\" matches ^0.3; known versions: 0.1.0, 0.2.0-next"
+        );
+        let next = c.resolve("noop", Some(&pin(">=0.2.0-next")), "next").unwrap();
+        assert_eq!(next.adapter_spec(), "noop@>=0.2.0-next");
+        // Only 0.1.0 declares a schema: a task pinned past it is not held to it.
+        let pinned_new = c.resolve("noop", Some(&pin(">=0.2.0-next")), "noop").unwrap();
+        assert_eq!(c.check_params(&pinned_new, "{}"), Ok(()));
+        assert!(c.check_params(&route, "{}").is_err());
+        assert!(c.check_params(&Route::new("noop", "noop"), "{}").is_err());
+    }
+
+    #[test]
+    fn a_dispatch_runs_the_newest_version_the_host_carries_that_the_pin_allows() {
+        let carried = [
+            info("noop", "0.1.0", &["noop"]),
+            info("noop", "0.2.0-next", &["noop", "next"]),
+            info("noop", "0.10.0", &["noop"]),
+        ];
+        let any = Route::new("noop", "noop");
+        assert_eq!(any.version_on(&carried).as_deref(), Some("0.10.0"));
+        let next = Route::new("noop", "next");
+        assert_eq!(next.version_on(&carried).as_deref(), Some("0.2.0-next"));
+        let old = any.clone().pinned(Some(pin("<0.2")));
+        assert_eq!(old.version_on(&carried).as_deref(), Some("0.1.0"));
+        assert!(old.served_by(&carried[..1]));
+        let gone = any.pinned(Some(pin("^1")));
+        assert!(!gone.served_by(&carried));
+        assert_eq!(gone.version_on(&carried), None);
     }
 
     #[test]
     fn a_declared_adapter_takes_any_kind_until_a_host_describes_it() {
         let mut c = Catalog::default();
         c.declare("ppo");
-        assert_eq!(c.resolve("ppo", "atari"), Ok(Route::new("ppo", "atari")));
-        assert_eq!(c.resolve("ppo", ""), Ok(Route::new("ppo", "")));
+        assert_eq!(c.resolve("ppo", None, "atari"), Ok(Route::new("ppo", "atari")));
+        assert_eq!(c.resolve("ppo", None, ""), Ok(Route::new("ppo", "")));
     }
 }

@@ -21,6 +21,8 @@ pub struct PlannedDispatch {
     pub host: HostId,
     pub session: SessionId,
     pub attempt: AttemptRef,
+    /// The exact adapter version the host is told to run.
+    pub version: String,
 }
 
 /// Submissions waiting for their ids.

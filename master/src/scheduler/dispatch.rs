@@ -36,6 +36,10 @@ impl Scheduler {
             let host_id = hosts[p.host].id.clone();
             let task = p.task;
             let attempt = AttemptRef::new(task.id, task.attempt + 1);
+            let version = task
+                .route
+                .version_on(&hosts[p.host].adapters)
+                .unwrap_or_default();
             cycle.count(Counted::QueueWait(
                 now.saturating_duration_since(task.since),
             ));
@@ -45,6 +49,7 @@ impl Scheduler {
                 attempt: attempt.attempt,
                 host: host_id.to_string(),
                 deadline_ms,
+                version: Some(version.clone()),
             });
             let host = self
                 .state
@@ -81,6 +86,7 @@ impl Scheduler {
                 host: host_id,
                 session,
                 attempt,
+                version,
             });
         }
         self.publish_placement(hosts);

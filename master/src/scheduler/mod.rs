@@ -560,7 +560,10 @@ impl Scheduler {
     /// Checks a submission against the adapters and hosts seen; returns its
     /// kind (the adapter's first when it named none).
     fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
-        let route = self.state.catalog.resolve(&task.adapter, &task.kind)?;
+        let route =
+            self.state
+                .catalog
+                .resolve(&task.adapter, task.version.as_ref(), &task.kind)?;
         self.state.catalog.check_params(&route, &task.params)?;
         let seen = self
             .state
@@ -723,7 +726,8 @@ impl Scheduler {
                     });
                     self.state.queue.push(queue::Queued {
                         id: *id,
-                        route: placement::Route::new(task.adapter.clone(), task.kind.clone()),
+                        route: placement::Route::new(task.adapter.clone(), task.kind.clone())
+                            .pinned(task.version.clone()),
                         need: placement::Need::of(&task.resources),
                         priority: task.priority,
                         attempt: 0,
@@ -778,6 +782,7 @@ impl Scheduler {
             let message = MasterMessage::Dispatch(trainyard_proto::messages::Dispatch {
                 attempt: d.attempt,
                 adapter: payload.adapter,
+                version: d.version,
                 kind: payload.kind,
                 params: payload.params,
                 checkpoint,

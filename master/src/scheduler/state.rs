@@ -170,7 +170,7 @@ impl State {
         for t in pending {
             self.queue.push(Queued {
                 id: t.id,
-                route: Route::new(t.adapter, t.kind),
+                route: Route::new(t.adapter, t.kind).pinned(t.version),
                 need: Need::of(&t.resources),
                 priority: t.priority,
                 attempt: t.attempt,
@@ -190,7 +190,7 @@ impl State {
                 continue;
             };
             let live = Live {
-                route: Route::new(t.adapter, t.kind),
+                route: Route::new(t.adapter, t.kind).pinned(t.version),
                 need: Need::of(&t.resources),
                 priority: t.priority,
                 status: t.status,

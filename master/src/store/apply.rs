@@ -16,6 +16,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, AnyPool, Row};
 use std::borrow::Cow;
 use std::collections::HashSet;
+use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::Checkpoint;
 use trainyard_proto::TaskId;
 
@@ -116,6 +117,7 @@ impl Writer<'_> {
                     // A timeout beyond i64 seconds is no limit at all.
                     Param::Int(t.timeout_secs.map(|s| i64::try_from(s).unwrap_or(i64::MAX))),
                     Param::Text(json::resources(&t.resources)?.map(Cow::Owned)),
+                    Param::opt_text(t.version.as_ref().map(VersionPin::as_str)),
                 ])
             })
             .collect::<Result<_>>()?;
@@ -227,6 +229,7 @@ impl Writer<'_> {
                 attempt,
                 host,
                 deadline_ms,
+                version,
                 ..
             } = write
             {
@@ -239,7 +242,12 @@ impl Writer<'_> {
                 ]);
                 attempts.push((
                     *id,
-                    vec![Param::int(*id), Param::int(*attempt), Param::text(host)],
+                    vec![
+                        Param::int(*id),
+                        Param::int(*attempt),
+                        Param::text(host),
+                        Param::opt_text(version.as_deref()),
+                    ],
                 ));
             }
         }

@@ -48,6 +48,8 @@ pub enum Write {
         attempt: u32,
         host: String,
         deadline_ms: i64,
+        /// The exact adapter version the host is told to run.
+        version: Option<String>,
     },
     /// DISPATCHED -> RUNNING for exactly this attempt: runs += 1, slot,
     /// started_at_ms (first start only); clears the dispatch deadline; the
@@ -193,6 +195,7 @@ impl fmt::Debug for Write {
                 attempt,
                 host,
                 deadline_ms,
+                version,
             } => f
                 .debug_struct("Dispatch")
                 .field("task", task)
@@ -200,6 +203,7 @@ impl fmt::Debug for Write {
                 .field("attempt", attempt)
                 .field("host", host)
                 .field("deadline_ms", deadline_ms)
+                .field("version", version)
                 .finish(),
             Write::Start {
                 attempt,

@@ -6,6 +6,7 @@ use super::values::{self, Col, Param};
 use super::{json, rows, Backend, Result, Store, StoreError};
 use crate::model::{HostRecord, StoredCheckpoint, Task, TaskDetail, TaskStatus};
 use std::collections::BTreeMap;
+use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::resources::ResourceRequest;
 use trainyard_proto::TaskId;
 
@@ -14,6 +15,8 @@ use trainyard_proto::TaskId;
 pub struct QueuedTask {
     pub id: TaskId,
     pub adapter: String,
+    /// The versions of the adapter it may run on; `None`: any.
+    pub version: Option<VersionPin>,
     pub kind: String,
     pub resources: ResourceRequest,
     pub priority: i32,
@@ -28,6 +31,8 @@ pub struct QueuedTask {
 pub struct LiveTask {
     pub id: TaskId,
     pub adapter: String,
+    /// The versions of the adapter it may run on; `None`: any.
+    pub version: Option<VersionPin>,
     pub kind: String,
     /// What it asked for, counted against its host while live.
     pub resources: ResourceRequest,

@@ -13,24 +13,25 @@ use crate::search::spec::Direction;
 use crate::search::{SweepRecord, TrialRow};
 use sqlx::any::AnyRow;
 use sqlx::Row;
+use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::Checkpoint;
 use trainyard_proto::TaskId;
 
 /// The columns [`task`] reads. The checkpoint's size is computed by the
 /// database so listing tasks does not load checkpoint bytes.
-pub(super) const TASK_COLUMNS: &str = "id, name, adapter, kind, params, priority, status, attempt, runs, \
+pub(super) const TASK_COLUMNS: &str = "id, name, adapter, adapter_version, kind, params, priority, status, attempt, runs, \
      max_attempts, timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
      checkpoint_attempt, checkpoint_kind, checkpoint_name, LENGTH(checkpoint_data) AS checkpoint_bytes, \
      result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
 
 pub(super) const ATTEMPT_COLUMNS: &str =
-    "attempt, host_id, slot, dispatched_at_ms, started_at_ms, finished_at_ms, outcome, error, metrics, assignment";
+    "attempt, host_id, adapter_version, slot, dispatched_at_ms, started_at_ms, finished_at_ms, outcome, error, metrics, assignment";
 
 pub(super) const QUEUED_COLUMNS: &str =
-    "id, adapter, kind, resources, priority, attempt, runs, max_attempts";
+    "id, adapter, adapter_version, kind, resources, priority, attempt, runs, max_attempts";
 
 pub(super) const LIVE_COLUMNS: &str =
-    "id, adapter, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts";
+    "id, adapter, adapter_version, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts";
 
 pub(super) const PAYLOAD_COLUMNS: &str =
     "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
@@ -135,6 +136,13 @@ impl<'r> Cells<'r> {
         self.get(column)
     }
 
+    /// The task's version requirement, if it was submitted with one.
+    fn pin(&self) -> Result<Option<VersionPin>> {
+        self.opt_text("adapter_version")?
+            .map(|text| VersionPin::parse(&text).map_err(|e| self.corrupt("adapter_version", e)))
+            .transpose()
+    }
+
     fn status(&self, column: &'static str) -> Result<TaskStatus> {
         let s = self.text(column)?;
         TaskStatus::parse(&s).ok_or_else(|| self.corrupt(column, format!("unknown status {s:?}")))
@@ -176,6 +184,7 @@ pub(super) fn task(row: &AnyRow) -> Result<Task> {
         id,
         name: c.opt_text("name")?,
         adapter: c.text("adapter")?,
+        adapter_version: c.pin()?,
         kind: c.text("kind")?,
         params: json::decode(|| c.name.clone(), "params", &params_text)?,
         priority: c.i32("priority")?,
@@ -213,6 +222,7 @@ pub(super) fn attempt(row: &AnyRow, task: TaskId) -> Result<Attempt> {
     Ok(Attempt {
         attempt: c.u32("attempt")?,
         host: c.text("host_id")?,
+        adapter_version: c.opt_text("adapter_version")?,
         slot: c.opt_u32("slot")?,
         dispatched_at_ms: c.i64("dispatched_at_ms")?,
         started_at_ms: c.opt_i64("started_at_ms")?,
@@ -229,6 +239,7 @@ pub(super) fn queued(row: &AnyRow) -> Result<QueuedTask> {
     Ok(QueuedTask {
         id,
         adapter: c.text("adapter")?,
+        version: c.pin()?,
         kind: c.text("kind")?,
         resources: c.json("resources")?.unwrap_or_default(),
         priority: c.i32("priority")?,
@@ -243,6 +254,7 @@ pub(super) fn live(row: &AnyRow) -> Result<LiveTask> {
     Ok(LiveTask {
         id,
         adapter: c.text("adapter")?,
+        version: c.pin()?,
         kind: c.text("kind")?,
         resources: c.json("resources")?.unwrap_or_default(),
         priority: c.i32("priority")?,

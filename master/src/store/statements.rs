@@ -12,12 +12,12 @@
 use super::values::Col;
 
 pub(super) const INSERT_TASKS: &str =
-    "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, v_resources) \
-     AS (VALUES {values}) \
+    "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, v_resources, \
+         v_version) AS (VALUES {values}) \
      INSERT INTO tasks (name, adapter, kind, params, priority, max_attempts, timeout_secs, \
-         resources, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
+         resources, adapter_version, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
      SELECT v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, \
-         v_resources, 'PENDING', 0, 0, 0, {now}, {now} \
+         v_resources, v_version, 'PENDING', 0, 0, 0, {now}, {now} \
      FROM v WHERE v_adapter IS NOT NULL \
      RETURNING id";
 pub(super) const INSERT_COLS: &[Col] = &[
@@ -29,6 +29,7 @@ pub(super) const INSERT_COLS: &[Col] = &[
     Col::Int,
     Col::Int,
     Col::Text,
+    Col::Text,
 ];
 
 pub(super) const DISPATCH_TASKS: &str = "WITH v(v_id, v_from, v_attempt, v_host, v_deadline) AS (VALUES {values}) \
@@ -38,10 +39,11 @@ pub(super) const DISPATCH_TASKS: &str = "WITH v(v_id, v_from, v_attempt, v_host,
      RETURNING id";
 pub(super) const DISPATCH_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int, Col::Text, Col::Int];
 
-pub(super) const DISPATCH_ATTEMPTS: &str = "WITH v(v_id, v_attempt, v_host) AS (VALUES {values}) \
-     INSERT INTO attempts (task_id, attempt, host_id, dispatched_at_ms) \
-     SELECT v_id, v_attempt, v_host, {now} FROM v WHERE v_id IS NOT NULL";
-pub(super) const DISPATCH_ATTEMPT_COLS: &[Col] = &[Col::Int, Col::Int, Col::Text];
+pub(super) const DISPATCH_ATTEMPTS: &str =
+    "WITH v(v_id, v_attempt, v_host, v_version) AS (VALUES {values}) \
+     INSERT INTO attempts (task_id, attempt, host_id, adapter_version, dispatched_at_ms) \
+     SELECT v_id, v_attempt, v_host, v_version, {now} FROM v WHERE v_id IS NOT NULL";
+pub(super) const DISPATCH_ATTEMPT_COLS: &[Col] = &[Col::Int, Col::Int, Col::Text, Col::Text];
 
 pub(super) const START_TASKS: &str = "WITH v(v_id, v_attempt, v_slot) AS (VALUES {values}) \
      UPDATE tasks SET status = 'RUNNING', runs = runs + 1, slot = v_slot, \

@@ -60,6 +60,7 @@ on_both_backends!(
     unreadable_rows_are_errors_naming_task_and_column,
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
+    a_version_pin_is_kept_with_the_task_and_the_version_run_with_the_attempt,
     progress_points_page_in_order_and_thinning_keeps_the_extremes,
     progress_points_without_a_return_do_not_spoil_later_batches,
     log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
@@ -95,6 +96,7 @@ fn new_task(adapter: &str, priority: i32) -> NewTask {
     NewTask {
         name: Some(format!("{adapter}-{priority}")),
         adapter: adapter.into(),
+        version: None,
         kind: "train".into(),
         params: r#"{"lr":0.001,"env":"CartPole-v1"}"#.into(),
         priority,
@@ -141,6 +143,7 @@ fn dispatch(task: TaskId, from_attempt: u32, host: &str) -> Write {
         attempt: from_attempt + 1,
         host: host.into(),
         deadline_ms: NOW + 30_000,
+        version: Some("1.0.0".into()),
     }
 }
 
@@ -379,6 +382,7 @@ async fn a_task_lives_from_dispatch_to_completion(store: Store) {
         vec![Attempt {
             attempt: 1,
             host: "gpu-1".into(),
+            adapter_version: Some("1.0.0".into()),
             slot: Some(3),
             dispatched_at_ms: NOW + 1,
             started_at_ms: Some(NOW + 2),
@@ -1092,6 +1096,29 @@ async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store
     let shown = detail(&store, id).await;
     assert_eq!(shown.task.resources, request);
     assert_eq!(shown.attempts[0].assignment, Some(given));
+}
+
+async fn a_version_pin_is_kept_with_the_task_and_the_version_run_with_the_attempt(store: Store) {
+    use trainyard_proto::adapter_version::VersionPin;
+    let pin = VersionPin::parse(">=1.0.0, <2").unwrap();
+    let pinned = NewTask {
+        version: Some(pin.clone()),
+        ..new_task("ppo", 0)
+    };
+    let [id, plain] = submit(&store, vec![pinned, new_task("ppo", 0)]).await[..] else {
+        unreachable!()
+    };
+    let pending = store.pending().await.unwrap();
+    assert_eq!(
+        (pending[0].version.as_ref(), pending[1].version.as_ref()),
+        (Some(&pin), None)
+    );
+    apply(&store, NOW + 1, vec![dispatch(id, 0, "gpu-1")]).await;
+    assert_eq!(store.live().await.unwrap()[0].version, Some(pin.clone()));
+    let shown = detail(&store, id).await;
+    assert_eq!(shown.task.adapter_version, Some(pin));
+    assert_eq!(shown.attempts[0].adapter_version.as_deref(), Some("1.0.0"));
+    assert_eq!(detail(&store, plain).await.task.adapter_version, None);
 }
 
 async fn progress_points_page_in_order_and_thinning_keeps_the_extremes(store: Store) {

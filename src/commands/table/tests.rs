@@ -308,6 +308,7 @@ fn attempts_show_host_and_slot_times_and_outcome() {
         Attempt {
             attempt: 1,
             host: "host-1".into(),
+            adapter_version: Some("0.2.0".into()),
             slot: Some(0),
             dispatched_at_ms: NOW,
             started_at_ms: Some(NOW + 1_000),
@@ -320,6 +321,7 @@ fn attempts_show_host_and_slot_times_and_outcome() {
         Attempt {
             attempt: 2,
             host: "host-2".into(),
+            adapter_version: None,
             slot: None,
             dispatched_at_ms: NOW + 10_000,
             started_at_ms: None,
@@ -337,7 +339,9 @@ fn attempts_show_host_and_slot_times_and_outcome() {
         "{text}"
     );
     assert!(lines[1].contains("2023-11-14T22:13:21Z"), "{text}");
-    let columns = starts(lines[0], &["STARTED", "FINISHED", "OUTCOME", "ERROR"]);
+    let version = starts(lines[0], &["VERSION"])[0];
+    assert_eq!(&lines[1][version..version + 5], "0.2.0", "{text}");
+    let columns = starts(lines[0], &["VERSION", "STARTED", "FINISHED", "OUTCOME", "ERROR"]);
     for c in columns {
         assert_eq!(&lines[2][c..c + 1], MISSING, "{text}");
     }
