@@ -364,6 +364,7 @@ fn only_a_disruption_that_could_end_an_attempt_explains_it() {
     let lost = |host: &str, outcome, from: i64, to: i64| Attempt {
         attempt: 1,
         host: host.to_owned(),
+        adapter_version: None,
         slot: Some(0),
         dispatched_at_ms: from,
         started_at_ms: Some(from),

@@ -365,7 +365,11 @@ async fn a_large_request_that_waited_reserves_a_host_and_small_ones_wait_behind_
 fn both_noops() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for name in ["noop", "noop-next"] {
-        std::fs::copy(common::adapter(name), dir.path().join(format!("{name}.wasm"))).unwrap();
+        std::fs::copy(
+            common::adapter(name),
+            dir.path().join(format!("{name}.wasm")),
+        )
+        .unwrap();
     }
     dir
 }
@@ -380,7 +384,10 @@ async fn ran(c: &TestCluster, id: u64) -> String {
 /// Submits `task`, which must be refused with a 422 saying `expected`.
 async fn refused(c: &TestCluster, task: Value, expected: &str) {
     let err = c.client().submit(&task).await.unwrap_err().to_string();
-    assert!(err.contains("422") && err.contains(expected), "{task}: {err}");
+    assert!(
+        err.contains("422") && err.contains(expected),
+        "{task}: {err}"
+    );
 }
 
 #[tokio::test]
@@ -399,7 +406,11 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
     });
     c.wait_for_hosts(1).await;
     let hosts = c.client().hosts().await.unwrap();
-    let versions: Vec<&str> = hosts[0].adapters.iter().map(|a| a.version.as_str()).collect();
+    let versions: Vec<&str> = hosts[0]
+        .adapters
+        .iter()
+        .map(|a| a.version.as_str())
+        .collect();
     assert_eq!(versions, ["0.1.0", "0.2.0-next"], "{hosts:?}");
 
     // Unpinned: the newest version; pinned: the version named.
@@ -411,15 +422,48 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
     let next: u64 = out.trim().parse().expect("submit prints the id");
     assert_eq!(ran(&c, next).await, "0.2.0-next");
     let report = c.cli(&["task", &old.to_string()]);
-    assert!(report.contains("adapter     noop@=0.1.0, kind noop\n"), "{report}");
-    assert!(report.contains(" 0.1.0 "), "the attempt's version: {report}");
+    assert!(
+        report.contains("adapter     noop@=0.1.0, kind noop\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains(" 0.1.0 "),
+        "the attempt's version: {report}"
+    );
 
     // What no known version can run is refused, and nothing is stored.
-    let before = c.client().tasks(None, None, None, None).await.unwrap().len();
-    refused(&c, json!({"adapter": "noop@^0.3"}), "no version of adapter \"noop\" matches ^0.3").await;
-    refused(&c, json!({"adapter": "noop@0.1", "kind": "next"}), "serves no kind \"next\"").await;
-    refused(&c, json!({"adapter": "noop@newest"}), "not a semver version requirement").await;
-    assert_eq!(c.client().tasks(None, None, None, None).await.unwrap().len(), before);
+    let before = c
+        .client()
+        .tasks(None, None, None, None)
+        .await
+        .unwrap()
+        .len();
+    refused(
+        &c,
+        json!({"adapter": "noop@^0.3"}),
+        "no version of adapter \"noop\" matches ^0.3",
+    )
+    .await;
+    refused(
+        &c,
+        json!({"adapter": "noop@0.1", "kind": "next"}),
+        "serves no kind \"next\"",
+    )
+    .await;
+    refused(
+        &c,
+        json!({"adapter": "noop@newest"}),
+        "not a semver version requirement",
+    )
+    .await;
+    assert_eq!(
+        c.client()
+            .tasks(None, None, None, None)
+            .await
+            .unwrap()
+            .len(),
+        before
+    );
 
     // A host carrying only 0.1.0: a task pinned past it waits, saying
     // why; an unpinned one runs there.
@@ -428,7 +472,12 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
         .await;
     c.start_host("host-old");
     let newer = c.submit(json!({"adapter": "noop@>=0.2.0-next"})).await;
-    waits_because(&c, newer, "no connected host carries noop@>=0.2.0-next with kind noop").await;
+    waits_because(
+        &c,
+        newer,
+        "no connected host carries noop@>=0.2.0-next with kind noop",
+    )
+    .await;
     let plain = c.submit(json!({"adapter": "noop"})).await;
     assert_eq!(ran(&c, plain).await, "0.1.0");
     c.client().cancel(newer).await.expect("cancel");
@@ -443,6 +492,7 @@ async fn a_host_refuses_two_files_of_one_adapter_version() {
         ..Setup::new("sqlite")
     })
     .await;
+    c.start_master().await;
     let dir = both_noops();
     std::fs::copy(common::adapter("noop"), dir.path().join("noop-copy.wasm")).unwrap();
     let path: PathBuf = dir.path().into();

@@ -35,11 +35,11 @@ impl Carried {
     /// empty `version` takes the newest carried version.
     pub fn pick(&self, name: &str, version: &str, kind: &str) -> Result<&Adapter, String> {
         let versions = self.versions_of(name);
-        let version = match version {
+        let found = match version {
             "" => trainyard_proto::adapter_version::newest(versions.iter().copied()),
             exact => versions.iter().copied().find(|v| *v == exact),
         };
-        let Some(version) = version else {
+        let Some(found) = found else {
             return Err(match versions.is_empty() {
                 true => format!("this host does not carry adapter {name:?}"),
                 false => format!(
@@ -48,6 +48,7 @@ impl Carried {
                 ),
             });
         };
+        let version = found;
         let adapter = &self.adapters[&(name.to_string(), version.to_string())];
         let kinds = &adapter.loaded.info().kinds;
         if !kind.is_empty() && !kinds.iter().any(|k| k == kind) {

@@ -40,19 +40,16 @@ pub fn render_report(detail: &TaskDetail) -> String {
     if let Some(why) = &detail.waiting {
         line("waiting", why.clone());
     }
-    line(
-        "adapter",
-        {
-            let adapter = match &t.adapter_version {
-                Some(pin) => format!("{}@{pin}", t.adapter),
-                None => t.adapter.clone(),
-            };
-            match t.kind.as_str() {
-                "" => adapter,
-                kind => format!("{adapter}, kind {kind}"),
-            }
-        },
-    );
+    line("adapter", {
+        let adapter = match &t.adapter_version {
+            Some(pin) => format!("{}@{pin}", t.adapter),
+            None => t.adapter.clone(),
+        };
+        match t.kind.as_str() {
+            "" => adapter,
+            kind => format!("{adapter}, kind {kind}"),
+        }
+    });
     line("params", t.params.to_string());
     line("priority", t.priority.to_string());
     if !t.resources.is_empty() {

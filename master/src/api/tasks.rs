@@ -308,7 +308,10 @@ mod tests {
         assert_eq!(t.version.map(|v| v.to_string()).as_deref(), Some("^1.2"));
         assert_eq!(task(json!({"adapter": "ppo"})).unwrap().version, None);
         let bad = task(json!({"adapter": "ppo@newest"})).unwrap_err();
-        assert!(bad.contains("\"newest\" is not a semver version requirement"), "{bad}");
+        assert!(
+            bad.contains("\"newest\" is not a semver version requirement"),
+            "{bad}"
+        );
         assert!(task(json!({"adapter": "@1.0.0"})).is_err());
     }
 

@@ -47,7 +47,10 @@ impl Route {
     /// Whether `adapter` (one a host carries) can run it.
     fn allows(&self, adapter: &AdapterInfo) -> bool {
         adapter.name == self.adapter
-            && self.version.as_ref().is_none_or(|pin| pin.allows(&adapter.version))
+            && self
+                .version
+                .as_ref()
+                .is_none_or(|pin| pin.allows(&adapter.version))
             && (self.kind.is_empty() || adapter.kinds.contains(&self.kind))
     }
 
@@ -402,8 +405,10 @@ mod tests {
     fn a_pin_narrows_versions_kinds_and_schemas() {
         let mut c = Catalog::default();
         let mut old = info("noop", "0.1.0", &["noop"]);
-        old.params_schemas
-            .insert("noop".into(), r#"{"type": "object", "required": ["old"]}"#.into());
+        old.params_schemas.insert(
+            "noop".into(),
+            r#"{"type": "object", "required": ["old"]}"#.into(),
+        );
         c.learn(&[old, info("noop", "0.2.0-next", &["noop", "next"])]);
         let old_only = pin("=0.1.0");
         let route = c.resolve("noop", Some(&old_only), "").unwrap();
@@ -417,10 +422,14 @@ mod tests {
             refused.to_string(),
             "no version of adapter \"noop\" matches ^0.3; known versions: 0.1.0, 0.2.0-next"
         );
-        let next = c.resolve("noop", Some(&pin(">=0.2.0-next")), "next").unwrap();
+        let next = c
+            .resolve("noop", Some(&pin(">=0.2.0-next")), "next")
+            .unwrap();
         assert_eq!(next.adapter_spec(), "noop@>=0.2.0-next");
         // Only 0.1.0 declares a schema: a task pinned past it is not held to it.
-        let pinned_new = c.resolve("noop", Some(&pin(">=0.2.0-next")), "noop").unwrap();
+        let pinned_new = c
+            .resolve("noop", Some(&pin(">=0.2.0-next")), "noop")
+            .unwrap();
         assert_eq!(c.check_params(&pinned_new, "{}"), Ok(()));
         assert!(c.check_params(&route, "{}").is_err());
         assert!(c.check_params(&Route::new("noop", "noop"), "{}").is_err());
@@ -449,7 +458,10 @@ mod tests {
     fn a_declared_adapter_takes_any_kind_until_a_host_describes_it() {
         let mut c = Catalog::default();
         c.declare("ppo");
-        assert_eq!(c.resolve("ppo", None, "atari"), Ok(Route::new("ppo", "atari")));
+        assert_eq!(
+            c.resolve("ppo", None, "atari"),
+            Ok(Route::new("ppo", "atari"))
+        );
         assert_eq!(c.resolve("ppo", None, ""), Ok(Route::new("ppo", "")));
     }
 }

@@ -560,10 +560,10 @@ impl Scheduler {
     /// Checks a submission against the adapters and hosts seen; returns its
     /// kind (the adapter's first when it named none).
     fn admissible(&self, task: &NewTask) -> Result<String, SubmitError> {
-        let route =
-            self.state
-                .catalog
-                .resolve(&task.adapter, task.version.as_ref(), &task.kind)?;
+        let route = self
+            .state
+            .catalog
+            .resolve(&task.adapter, task.version.as_ref(), &task.kind)?;
         self.state.catalog.check_params(&route, &task.params)?;
         let seen = self
             .state

@@ -266,6 +266,7 @@ async fn pending_is_by_priority_then_submission_order(store: Store) {
         &QueuedTask {
             id: ids[1],
             adapter: "ppo".into(),
+            version: None,
             kind: "train".into(),
             resources: Default::default(),
             priority: 5,

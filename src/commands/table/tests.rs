@@ -341,7 +341,10 @@ fn attempts_show_host_and_slot_times_and_outcome() {
     assert!(lines[1].contains("2023-11-14T22:13:21Z"), "{text}");
     let version = starts(lines[0], &["VERSION"])[0];
     assert_eq!(&lines[1][version..version + 5], "0.2.0", "{text}");
-    let columns = starts(lines[0], &["VERSION", "STARTED", "FINISHED", "OUTCOME", "ERROR"]);
+    let columns = starts(
+        lines[0],
+        &["VERSION", "STARTED", "FINISHED", "OUTCOME", "ERROR"],
+    );
     for c in columns {
         assert_eq!(&lines[2][c..c + 1], MISSING, "{text}");
     }
