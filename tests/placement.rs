@@ -24,7 +24,7 @@ mod common;
 use common::{serial, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 use trainyard::settings::Settings;
 use trainyard_host::config::GpuSetting;
@@ -105,12 +105,7 @@ async fn waits_because(c: &TestCluster, id: u64, reason: &str) -> TaskDetail {
 #[tokio::test]
 async fn a_task_waits_pending_for_a_host_that_serves_its_kind_and_runs_there() {
     let _serial = serial();
-    let mut c = TestCluster::prepare(Setup {
-        adapters: vec![("noop", vec!["true"])],
-        ..Setup::new("sqlite")
-    })
-    .await;
-    c.start_master().await;
+    let mut c = noop_cluster().await;
     // A host with the newer noop (kinds noop and next) is seen, then leaves.
     let next = |s: &mut Settings| {
         s.host.adapters[0].path = common::adapter("noop-next");
@@ -374,6 +369,25 @@ fn both_noops() -> tempfile::TempDir {
     dir
 }
 
+/// A master whose hosts carry `noop` (unless started with other adapters).
+async fn noop_cluster() -> TestCluster {
+    let mut c = TestCluster::prepare(Setup {
+        adapters: vec![("noop", vec!["true"])],
+        ..Setup::new("sqlite")
+    })
+    .await;
+    c.start_master().await;
+    c
+}
+
+/// Starts a host whose adapters are the components in `dir`.
+fn start_host_on(c: &mut TestCluster, id: &str, dir: &Path) -> usize {
+    let dir = dir.to_path_buf();
+    c.start_host_with(id, id, move |s: &mut Settings| {
+        s.host.adapters[0].path = dir;
+    })
+}
+
 /// Waits until the task completes; returns the adapter version it ran.
 async fn ran(c: &TestCluster, id: u64) -> String {
     let done = c.wait_for_status(id, TaskStatus::Completed, WAIT).await;
@@ -393,17 +407,9 @@ async fn refused(c: &TestCluster, task: Value, expected: &str) {
 #[tokio::test]
 async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names() {
     let _serial = serial();
-    let mut c = TestCluster::prepare(Setup {
-        adapters: vec![("noop", vec!["true"])],
-        ..Setup::new("sqlite")
-    })
-    .await;
-    c.start_master().await;
+    let mut c = noop_cluster().await;
     let dir = both_noops();
-    let path: PathBuf = dir.path().into();
-    let both = c.start_host_with("host-both", "host-both", move |s: &mut Settings| {
-        s.host.adapters[0].path = path;
-    });
+    let both = start_host_on(&mut c, "host-both", dir.path());
     c.wait_for_hosts(1).await;
     let hosts = c.client().hosts().await.unwrap();
     let versions: Vec<&str> = hosts[0]
@@ -487,18 +493,10 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
 #[tokio::test]
 async fn a_host_refuses_two_files_of_one_adapter_version() {
     let _serial = serial();
-    let mut c = TestCluster::prepare(Setup {
-        adapters: vec![("noop", vec!["true"])],
-        ..Setup::new("sqlite")
-    })
-    .await;
-    c.start_master().await;
+    let mut c = noop_cluster().await;
     let dir = both_noops();
     std::fs::copy(common::adapter("noop"), dir.path().join("noop-copy.wasm")).unwrap();
-    let path: PathBuf = dir.path().into();
-    let host = c.start_host_with("host-twice", "host-twice", move |s: &mut Settings| {
-        s.host.adapters[0].path = path;
-    });
+    let host = start_host_on(&mut c, "host-twice", dir.path());
     let log = common::exited(&mut c.hosts[host], WAIT).await;
     assert!(
         log.contains("two files carry adapter noop 0.1.0")
