@@ -30,6 +30,7 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         known_adapters: s.master.known_adapters.clone(),
         max_batch: s.master.max_batch,
         reserve_after: s.master.reserve_after,
+        unpinned_version: s.master.unpinned_version,
         tls: crate::tls::master(s)?,
     })
 }

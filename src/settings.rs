@@ -102,6 +102,8 @@ pub struct MasterSection {
     pub max_batch: usize,
     #[serde(with = "humantime_serde")]
     pub reserve_after: Duration,
+    /// `fleet` or `host`: see [`trainyard_master::placement::VersionChoice`].
+    pub unpinned_version: trainyard_master::placement::VersionChoice,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -251,6 +253,7 @@ impl Default for MasterSection {
             known_adapters: vec![],
             max_batch: 4096,
             reserve_after: trainyard_master::config::DEFAULT_RESERVE_AFTER,
+            unpinned_version: Default::default(),
         }
     }
 }

@@ -7,7 +7,8 @@
 //!   keeps a task PENDING, saying why, while no connected host can run it.
 //! - Versions: one host may carry several versions of an adapter; a task
 //!   pinned to a version requirement (`noop@=0.1.0`) runs only on one it
-//!   allows, an unpinned one on the newest its host carries, and each
+//!   allows, an unpinned one on the newest the fleet carries (or, with
+//!   `master.unpinned_version = "host"`, its host carries), and each
 //!   attempt records the version it ran.
 //! - Resources: hosts declare devices in `[host.resources]`; a task asking
 //!   for GPUs gets devices of its own (the `hostile` adapter's `env-values`
@@ -371,8 +372,13 @@ fn both_noops() -> tempfile::TempDir {
 
 /// A master whose hosts carry `noop` (unless started with other adapters).
 async fn noop_cluster() -> TestCluster {
+    noop_cluster_with(|_| {}).await
+}
+
+async fn noop_cluster_with(configure: fn(&mut Settings)) -> TestCluster {
     let mut c = TestCluster::prepare(Setup {
         adapters: vec![("noop", vec!["true"])],
+        configure,
         ..Setup::new("sqlite")
     })
     .await;
@@ -410,18 +416,28 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
     let mut c = noop_cluster().await;
     let dir = both_noops();
     let both = start_host_on(&mut c, "host-both", dir.path());
-    c.wait_for_hosts(1).await;
+    c.start_host("host-old");
+    c.wait_for_hosts(2).await;
     let hosts = c.client().hosts().await.unwrap();
-    let versions: Vec<&str> = hosts[0]
+    let host_both = hosts.iter().find(|h| h.id == "host-both").unwrap();
+    let versions: Vec<&str> = host_both
         .adapters
         .iter()
         .map(|a| a.version.as_str())
         .collect();
     assert_eq!(versions, ["0.1.0", "0.2.0-next"], "{hosts:?}");
 
-    // Unpinned: the newest version; pinned: the version named.
-    let any = c.submit(json!({"adapter": "noop"})).await;
-    assert_eq!(ran(&c, any).await, "0.2.0-next");
+    // Unpinned: the newest version the fleet carries, so never on host-old
+    // (master.unpinned_version = "fleet"); pinned: the version named.
+    let mut unpinned = vec![];
+    for _ in 0..4 {
+        unpinned.push(c.submit(json!({"adapter": "noop"})).await);
+    }
+    for id in unpinned {
+        assert_eq!(ran(&c, id).await, "0.2.0-next");
+        let done = c.client().task(id).await.unwrap();
+        assert_eq!(done.task.host.as_deref(), Some("host-both"));
+    }
     let old = c.submit(json!({"adapter": "noop@=0.1.0"})).await;
     assert_eq!(ran(&c, old).await, "0.1.0");
     let out = c.cli(&["submit", "--adapter", "noop@>=0.2.0-next", "--kind", "next"]);
@@ -474,9 +490,10 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
     // A host carrying only 0.1.0: a task pinned past it waits, saying
     // why; an unpinned one runs there.
     c.hosts[both].kill();
-    c.wait_for_hosts_where("host-both gone", |h| h.iter().all(|h| !h.connected))
-        .await;
-    c.start_host("host-old");
+    c.wait_for_hosts_where("host-both gone", |h| {
+        h.iter().all(|h| h.connected == (h.id == "host-old"))
+    })
+    .await;
     let newer = c.submit(json!({"adapter": "noop@>=0.2.0-next"})).await;
     waits_because(
         &c,
@@ -488,6 +505,35 @@ async fn one_host_carries_two_versions_and_a_pinned_task_runs_the_one_it_names()
     assert_eq!(ran(&c, plain).await, "0.1.0");
     c.client().cancel(newer).await.expect("cancel");
     c.wait_for_status(newer, TaskStatus::Cancelled, WAIT).await;
+}
+
+#[tokio::test]
+async fn with_unpinned_version_host_each_host_runs_the_newest_it_carries() {
+    let _serial = serial();
+    let mut c = noop_cluster_with(|s| {
+        s.master.unpinned_version = trainyard_master::placement::VersionChoice::Host;
+    })
+    .await;
+    let dir = both_noops();
+    start_host_on(&mut c, "host-both", dir.path());
+    c.start_host("host-old");
+    c.wait_for_hosts(2).await;
+    let mut ran_on = std::collections::BTreeMap::new();
+    for _ in 0..4 {
+        let id = c.submit(json!({"adapter": "noop"})).await;
+        let version = ran(&c, id).await;
+        let host = c.client().task(id).await.unwrap().task.host.unwrap();
+        ran_on.insert(host, version);
+    }
+    // Dispatches spread over both hosts, each running its own newest.
+    assert_eq!(
+        ran_on,
+        [
+            ("host-both".into(), "0.2.0-next".into()),
+            ("host-old".into(), "0.1.0".into())
+        ]
+        .into(),
+    );
 }
 
 #[tokio::test]

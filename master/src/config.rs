@@ -40,6 +40,9 @@ pub struct MasterConfig {
     /// How long the first task in queue order may wait without fitting
     /// anywhere before it reserves a host.
     pub reserve_after: Duration,
+    /// Which version runs a task that does not pin one exactly: the
+    /// newest the fleet carries, or the newest its host carries.
+    pub unpinned_version: crate::placement::VersionChoice,
     /// TLS on both listeners, or plain TCP when unset. Its `client_ca`
     /// makes hosts present a certificate naming their id (mutual TLS); the
     /// API never asks the CLI for one.
@@ -70,6 +73,7 @@ impl MasterConfig {
             known_adapters: vec![],
             max_batch: 4096,
             reserve_after: DEFAULT_RESERVE_AFTER,
+            unpinned_version: Default::default(),
             tls: None,
         }
     }

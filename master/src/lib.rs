@@ -128,6 +128,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             max_batch: config.max_batch,
             known_adapters: config.known_adapters.clone(),
             reserve_after: config.reserve_after,
+            versions: config.unpinned_version,
         },
     )
     .await?;

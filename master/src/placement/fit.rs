@@ -128,7 +128,7 @@ pub(crate) mod tests {
             id: HostId::new(id).unwrap(),
             adapters: Arc::from(vec![AdapterInfo {
                 name: "a".into(),
-                version: "1".into(),
+                version: "1.0.0".into(),
                 kinds: vec!["k".into()],
                 ..Default::default()
             }]),

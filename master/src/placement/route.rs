@@ -7,12 +7,13 @@
 //! newest it carries that serves the route. [`Catalog`] remembers every
 //! adapter any host carries or has carried — each version with its kinds,
 //! and the union of kinds over versions and hosts — which is what a
-//! submission is checked against.
+//! submission is checked against. [`VersionChoice`] says whether the
+//! version is the newest of the fleet or of each host.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
-use trainyard_proto::adapter_version::{newest, VersionPin};
+use trainyard_proto::adapter_version::{check_version, newest, VersionPin};
 use trainyard_proto::messages::AdapterInfo;
 use trainyard_proto::params_schema::ParamsSchema;
 
@@ -81,6 +82,47 @@ impl fmt::Display for Route {
         match self.kind.as_str() {
             "" => f.write_str(&self.adapter_spec()),
             kind => write!(f, "{} with kind {kind}", self.adapter_spec()),
+        }
+    }
+}
+
+/// Which of the versions a task allows it runs (`master.unpinned_version`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VersionChoice {
+    /// The newest any connected host carries: during a rollout, tasks go
+    /// only to the hosts already carrying the new version.
+    #[default]
+    Fleet,
+    /// The newest each host carries: a rollout keeps every host busy, and
+    /// tasks run on the old and the new version side by side.
+    Host,
+}
+
+impl VersionChoice {
+    /// The route as placement uses it: under [`VersionChoice::Fleet`],
+    /// narrowed to the newest version the route allows among `fleet` (the
+    /// adapters of the connected hosts). Unchanged under `Host`, and when
+    /// no connected host serves it.
+    pub fn narrow<'a>(
+        self,
+        route: &Route,
+        fleet: impl IntoIterator<Item = &'a [AdapterInfo]>,
+    ) -> Route {
+        if self == VersionChoice::Host {
+            return route.clone();
+        }
+        let versions: Vec<String> = fleet
+            .into_iter()
+            .filter_map(|adapters| route.version_on(adapters))
+            .collect();
+        // Hosts refuse adapters whose version is not semver; one that is
+        // not (an old host's record) leaves the route as it was.
+        let newest =
+            newest(versions.iter().map(String::as_str)).filter(|v| check_version(v).is_ok());
+        match newest.and_then(|v| VersionPin::parse(&format!("={v}")).ok()) {
+            Some(exact) => route.clone().pinned(Some(exact)),
+            None => route.clone(),
         }
     }
 }
@@ -452,6 +494,27 @@ mod tests {
         let gone = any.pinned(Some(pin("^1")));
         assert!(!gone.served_by(&carried));
         assert_eq!(gone.version_on(&carried), None);
+    }
+
+    #[test]
+    fn the_fleet_choice_narrows_a_route_to_the_newest_version_any_host_carries() {
+        let old: &[AdapterInfo] = &[info("noop", "0.1.0", &["noop"])];
+        let both: &[AdapterInfo] = &[
+            info("noop", "0.1.0", &["noop"]),
+            info("noop", "0.2.0", &["noop"]),
+        ];
+        let any = Route::new("noop", "noop");
+        let narrowed = VersionChoice::Fleet.narrow(&any, [old, both]);
+        assert_eq!(narrowed.adapter_spec(), "noop@=0.2.0");
+        assert!(!narrowed.served_by(old) && narrowed.served_by(both));
+        assert_eq!(VersionChoice::Host.narrow(&any, [old, both]), any);
+        // A pin below the newest keeps its tasks on the version it allows.
+        let pinned = any.clone().pinned(Some(pin("<0.2")));
+        let narrowed = VersionChoice::Fleet.narrow(&pinned, [old, both]);
+        assert!(narrowed.served_by(old) && narrowed.served_by(both));
+        // Nothing connected serves it: the route stays as it was.
+        let none: [&[AdapterInfo]; 0] = [];
+        assert_eq!(VersionChoice::Fleet.narrow(&any, none), any);
     }
 
     #[test]

@@ -31,6 +31,7 @@ impl Scheduler {
             &mut self.state.reservation,
             now,
             self.config.reserve_after,
+            self.config.versions,
         );
         for p in placed {
             let host_id = hosts[p.host].id.clone();
@@ -97,6 +98,7 @@ impl Scheduler {
         let snapshot = Snapshot {
             hosts,
             reservation: self.state.reservation.clone(),
+            versions: self.config.versions,
         };
         self.placement.send_if_modified(|current| {
             if **current == snapshot {

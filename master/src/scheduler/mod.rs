@@ -297,6 +297,8 @@ pub struct SchedulerConfig {
     /// How long the first task in queue order may wait without fitting
     /// before it reserves a host (see [`crate::placement::fit`]).
     pub reserve_after: Duration,
+    /// Which of the versions a task allows it runs.
+    pub versions: placement::VersionChoice,
 }
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost

@@ -6,7 +6,8 @@
 
 use super::queue::{Queue, Queued};
 use crate::placement::fit::{choose, could_ever_fit, may_take, reservation_host};
-use crate::placement::{HostView, Reservation};
+use crate::placement::{HostView, Reservation, Route, VersionChoice};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// A task leaving the queue for a host.
@@ -17,16 +18,31 @@ pub struct Placement {
     pub host: usize,
 }
 
+/// The routes as placement uses them this turn (see
+/// [`VersionChoice::narrow`]), worked out once per route: the hosts'
+/// adapters do not change within a turn.
+fn narrowed(versions: VersionChoice, queue: &Queue, hosts: &[HostView]) -> HashMap<Route, Route> {
+    let fleet = || hosts.iter().map(|h| &*h.adapters);
+    queue
+        .routes()
+        .map(|r| (r.clone(), versions.narrow(r, fleet())))
+        .collect()
+}
+
 /// Places what fits, in queue order, taking each placement's share out of
 /// `hosts` (so they show what stays free), and keeps or makes the
-/// reservation of the fairness rule.
+/// reservation of the fairness rule. Each task goes to a host carrying the
+/// version `versions` picks for it.
 pub fn plan(
     queue: &mut Queue,
     hosts: &mut [HostView],
     reservation: &mut Option<Reservation>,
     now: Instant,
     reserve_after: Duration,
+    versions: VersionChoice,
 ) -> Vec<Placement> {
+    let routes = narrowed(versions, queue, hosts);
+    let route = |r: &Route| routes.get(r).unwrap_or(r).clone();
     if reservation
         .as_ref()
         .is_some_and(|r| !queue.contains(r.task) || !hosts.iter().any(|h| h.id == r.host))
@@ -40,13 +56,13 @@ pub fn plan(
             .first_where(|class, head| {
                 hosts
                     .iter()
-                    .any(|h| may_take(h, &class.route, &class.need, head, held))
+                    .any(|h| may_take(h, &route(&class.route), &class.need, head, held))
             })
             .cloned()
         else {
             break;
         };
-        let Some(host) = choose(hosts, &task.route, &task.need, task.id, held) else {
+        let Some(host) = choose(hosts, &route(&task.route), &task.need, task.id, held) else {
             break;
         };
         queue.remove(task.id);
@@ -58,7 +74,7 @@ pub fn plan(
         placed.push(Placement { task, host });
     }
     if reservation.is_none() {
-        *reservation = reserve(queue, hosts, now, reserve_after);
+        *reservation = reserve(queue, hosts, now, reserve_after, &route);
     }
     placed
 }
@@ -71,12 +87,14 @@ fn reserve(
     hosts: &[HostView],
     now: Instant,
     reserve_after: Duration,
+    route: &dyn Fn(&Route) -> Route,
 ) -> Option<Reservation> {
-    let head = queue.first_where(|class, _| could_ever_fit(hosts, &class.route, &class.need))?;
+    let head =
+        queue.first_where(|class, _| could_ever_fit(hosts, &route(&class.route), &class.need))?;
     if now.saturating_duration_since(head.since) < reserve_after {
         return None;
     }
-    let host = reservation_host(hosts, &head.route, &head.need)?;
+    let host = reservation_host(hosts, &route(&head.route), &head.need)?;
     Some(Reservation {
         task: head.id,
         host: hosts[host].id.clone(),
@@ -117,6 +135,37 @@ mod tests {
     }
 
     #[test]
+    fn unpinned_tasks_go_to_the_fleets_newest_version_unless_each_host_picks() {
+        use trainyard_proto::messages::AdapterInfo;
+        let t0 = Instant::now();
+        let with = |id: &str, versions: &[&str]| HostView {
+            adapters: versions
+                .iter()
+                .map(|v| AdapterInfo {
+                    name: "a".into(),
+                    version: v.to_string(),
+                    kinds: vec!["k".into()],
+                    ..Default::default()
+                })
+                .collect(),
+            ..host(id, 1, 0, 0)
+        };
+        let place = |versions: VersionChoice| {
+            let mut queue = Queue::default();
+            queue.push(queued(1, gpus(0), t0));
+            queue.push(queued(2, gpus(0), t0));
+            let mut hosts = [with("old", &["1.0.0"]), with("new", &["1.0.0", "2.0.0"])];
+            let placed = plan(&mut queue, &mut hosts, &mut None, t0, BOUND, versions);
+            let mut on: Vec<&str> = placed.iter().map(|p| hosts[p.host].id.as_str()).collect();
+            on.sort();
+            on.join(" ")
+        };
+        // The old host stays idle: only the new one carries 2.0.0.
+        assert_eq!(place(VersionChoice::Fleet), "new");
+        assert_eq!(place(VersionChoice::Host), "new old");
+    }
+
+    #[test]
     fn whole_requests_fit_or_wait_and_small_ones_pass_a_waiting_large_one() {
         let t0 = Instant::now();
         let mut queue = Queue::default();
@@ -125,7 +174,14 @@ mod tests {
         queue.push(queued(3, gpus(1), t0));
         let mut hosts = [host("gpu", 4, 2, 2)];
         let mut held = None;
-        let placed = plan(&mut queue, &mut hosts, &mut held, t0, BOUND);
+        let placed = plan(
+            &mut queue,
+            &mut hosts,
+            &mut held,
+            t0,
+            BOUND,
+            VersionChoice::Fleet,
+        );
         // 1 takes one GPU; 2 needs both and waits; 3 takes the other.
         assert_eq!(ids(&placed), [1, 3]);
         assert_eq!(hosts[0].free.gpus, 0);
@@ -146,7 +202,14 @@ mod tests {
             now += Duration::from_secs(5);
             finish(&mut hosts, 0, gpus(1));
             queue.push(queued(small, gpus(1), now));
-            let placed = plan(&mut queue, &mut hosts, &mut held, now, BOUND);
+            let placed = plan(
+                &mut queue,
+                &mut hosts,
+                &mut held,
+                now,
+                BOUND,
+                VersionChoice::Fleet,
+            );
             if ids(&placed).contains(&1) {
                 large_placed_at = Some(round);
                 break;
@@ -167,14 +230,36 @@ mod tests {
         queue.push(queued(1, gpus(2), t0));
         let mut hosts = vec![host("a", 4, 2, 1), host("b", 4, 2, 0)];
         let mut held = None;
-        assert!(plan(&mut queue, &mut hosts, &mut held, later, BOUND).is_empty());
+        assert!(plan(
+            &mut queue,
+            &mut hosts,
+            &mut held,
+            later,
+            BOUND,
+            VersionChoice::Fleet
+        )
+        .is_empty());
         assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("a"));
         // Host a goes away: the reservation moves on to b.
         hosts.remove(0);
-        plan(&mut queue, &mut hosts, &mut held, later, BOUND);
+        plan(
+            &mut queue,
+            &mut hosts,
+            &mut held,
+            later,
+            BOUND,
+            VersionChoice::Fleet,
+        );
         assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("b"));
         queue.remove(1);
-        plan(&mut queue, &mut hosts, &mut held, later, BOUND);
+        plan(
+            &mut queue,
+            &mut hosts,
+            &mut held,
+            later,
+            BOUND,
+            VersionChoice::Fleet,
+        );
         assert!(held.is_none());
     }
 
@@ -186,7 +271,14 @@ mod tests {
         queue.push(queued(2, gpus(1), t0));
         let mut hosts = [host("gpu", 1, 1, 0)];
         let mut held = None;
-        plan(&mut queue, &mut hosts, &mut held, t0 + BOUND * 2, BOUND);
+        plan(
+            &mut queue,
+            &mut hosts,
+            &mut held,
+            t0 + BOUND * 2,
+            BOUND,
+            VersionChoice::Fleet,
+        );
         assert_eq!(
             held.map(|r| r.task),
             Some(2),

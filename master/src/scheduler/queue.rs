@@ -82,6 +82,11 @@ impl Queue {
         self.tasks.is_empty()
     }
 
+    /// The routes of the tasks queued (once per class).
+    pub fn routes(&self) -> impl Iterator<Item = &Route> {
+        self.by_class.keys().map(|class| &class.route)
+    }
+
     /// The first task in dispatch order whose class `eligible` accepts,
     /// given the class and the id of the task at its head. Classes are
     /// tried in the order of their heads, and the first accepted wins.
