@@ -13,7 +13,8 @@
 //!
 //! It is built against the contract's first version, `0.1.0`, kept in
 //! `wit/archive/0.1.0`: the witness that hosts keep loading and running
-//! components built for an older version of the contract unchanged.
+//! components built for an older version of the contract unchanged, its
+//! `host@0.1.0` import (the log) included.
 
 mod bindings {
     wit_bindgen::generate!({
@@ -23,6 +24,7 @@ mod bindings {
 }
 
 use bindings::exports::trainyard::adapter::adapter::Guest;
+use bindings::trainyard::adapter::host::{log, LogLevel};
 use bindings::trainyard::adapter::types::{
     AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Progress, Task, TaskError,
     TaskResult, WorkspaceFile,
@@ -58,6 +60,12 @@ impl Guest for ScriptTrainer {
             .get("script")
             .and_then(|s| s.as_str())
             .ok_or_else(|| refuse("params need a \"script\" string".to_owned()))?;
+        // Through 0.1.0's `host` import, which hosts of later versions
+        // (whose `host` has more functions) still link.
+        log(
+            LogLevel::Info,
+            &format!("running a script of {} bytes", script.len()),
+        );
         Ok(LaunchPlan {
             files: vec![WorkspaceFile {
                 path: "trainer.py".to_owned(),
