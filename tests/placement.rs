@@ -223,6 +223,7 @@ async fn the_adapter_is_told_the_very_device_and_share_its_trainer_was_given() {
     let env: HashMap<String, Option<String>> =
         serde_json::from_str(&printed.unwrap_or_default()).expect("the trainer prints JSON");
     let device = var(&env, "TRAINYARD_GPUS");
+    assert_eq!(var(&env, "TRAINYARD_CPUS"), "1");
     assert_ne!(device, var(&held, "TRAINYARD_GPUS"), "{env:?} {held:?}");
     assert_eq!(
         done.attempts[0].assignment.as_ref().map(|a| a.gpus.clone()),
