@@ -105,8 +105,8 @@ async fn assignment_seen(
 async fn components_of_every_contract_version_load_and_declare_what_they_declare() {
     let runtime = runtime();
     // Built against 0.1.0 (wit/archive/0.1.0): no metadata export at all,
-    // and a `host` import of 0.1.0 (its `prepare` logs), which the host's
-    // `host` of 0.1.2, with one more function, serves.
+    // and a `host` import of 0.1.0 (its `prepare` logs when asked), which
+    // the host's `host` of 0.1.2, with one more function, serves.
     assert!(names("script-trainer", "trainyard:adapter/adapter@0.1.0"));
     assert!(names("script-trainer", "trainyard:adapter/host@0.1.0"));
     let old = load(&runtime, "script-trainer").await;
@@ -118,7 +118,7 @@ async fn components_of_every_contract_version_load_and_declare_what_they_declare
         .await
         .expect("instantiate");
     let plan = instance
-        .prepare(&task(&attempt, r#"{"script": "print(1)"}"#))
+        .prepare(&task(&attempt, r#"{"script": "print(1)", "log": "old"}"#))
         .await
         .expect("no fault")
         .expect("a plan");

@@ -6,7 +6,8 @@
 //! or disk) and to check each attempt ends the way the host promises. It is
 //! never part of a shipped configuration.
 //!
-//! Params: `{"script": "<python source>"}`. The script runs as
+//! Params: `{"script": "<python source>"}`, and optionally `"log": "<text>"`,
+//! a record `prepare` writes to the attempt's log. The script runs as
 //! `python3 trainer.py` in the workspace; whatever it writes to
 //! `verdict.txt` becomes the result's summary, and a non-zero exit fails the
 //! attempt with the end of its stderr.
@@ -62,10 +63,9 @@ impl Guest for ScriptTrainer {
             .ok_or_else(|| refuse("params need a \"script\" string".to_owned()))?;
         // Through 0.1.0's `host` import, which hosts of later versions
         // (whose `host` has more functions) still link.
-        log(
-            LogLevel::Info,
-            &format!("running a script of {} bytes", script.len()),
-        );
+        if let Some(record) = params.get("log").and_then(|l| l.as_str()) {
+            log(LogLevel::Info, record);
+        }
         Ok(LaunchPlan {
             files: vec![WorkspaceFile {
                 path: "trainer.py".to_owned(),
