@@ -44,8 +44,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         bail!("python3 is not on PATH: install the Debian package `python3`");
     }
 
-    let stamp = chrono_stamp();
-    let dir = PathBuf::from("data").join(format!("demo-{stamp}"));
+    let name = run_name(unix_seconds(), std::process::id());
+    let dir = PathBuf::from("data").join(&name);
     let (redis_url, _redis) = match std::env::var("TRAINYARD_REDIS_URL") {
         Ok(url) if !url.is_empty() => {
             println!("Using Redis at {url} (TRAINYARD_REDIS_URL)");
@@ -64,7 +64,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let db = dir.canonicalize()?.join("trainyard.db");
     let database_url = format!("sqlite://{}", db.display());
     let mut cluster = Cluster::new(&dir, bins, &redis_url, &database_url)?;
-    cluster.settings.redis_key_prefix = format!("demo-{stamp}:");
+    cluster.settings.redis_key_prefix = format!("{name}:");
     cluster.settings.host.adapters = vec![crate::settings::AdapterEntry::new(
         trainer.canonicalize()?,
         &["python3"],
@@ -289,10 +289,26 @@ fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn chrono_stamp() -> String {
-    let secs = std::time::SystemTime::now()
+/// The name of one run's directory (under `data/`) and Redis key prefix:
+/// its start time and process id, so demos started in the same second
+/// (tests run several at once) never share a database, logs or keys.
+fn run_name(unix_seconds: u64, pid: u32) -> String {
+    format!("demo-{unix_seconds}-{pid}")
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format!("{secs}")
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demos_started_in_the_same_second_get_runs_of_their_own() {
+        assert_ne!(run_name(1_700_000_000, 41), run_name(1_700_000_000, 42));
+        assert_eq!(run_name(1_700_000_000, 41), "demo-1700000000-41");
+    }
 }

@@ -1,73 +1,121 @@
-//! `trainyard demo --stay`: the demo prints the dashboard's URL, the URL
-//! serves the dashboard while the demo runs, the cluster stays up after
-//! its tasks end, and Ctrl-C (SIGINT) stops everything it started, with
-//! the exit status saying whether every task completed.
+//! `trainyard demo` for real: with `--stay` the demo prints the dashboard's
+//! URL, the URL serves the dashboard while the demo runs, the cluster stays
+//! up after its tasks end, and Ctrl-C (SIGINT) stops everything it started,
+//! with the exit status saying whether every task completed. With
+//! `--cartpole` its hosts build CartPole's Python environment and train
+//! CartPole beside the grid world, and every task completes. The tests run
+//! at once: each demo keeps to a directory and Redis keys of its own.
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The next line of the demo's output containing `text`, within `limit`.
-fn line_with(
-    lines: &mpsc::Receiver<String>,
-    text: &str,
-    limit: Duration,
-    seen: &mut String,
-) -> String {
-    let until = Instant::now() + limit;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-                if line.contains(text) {
-                    return line;
+/// A running `trainyard demo` and the lines it has printed.
+struct Demo {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Everything read so far, for failure messages.
+    seen: String,
+    /// Keeps the private Redis up while the demo runs.
+    _redis: Option<trainyard_testkit::RedisServer>,
+}
+
+impl Demo {
+    /// Starts `trainyard demo <args>` in the project's directory.
+    fn start(args: &[&str]) -> Demo {
+        let (redis_url, redis) = trainyard_testkit::redis_url();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .arg("demo")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("TRAINYARD_REDIS_URL", &redis_url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the demo");
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
                 }
             }
-            Err(_) => panic!("the demo never printed {text:?}; its output:\n{seen}"),
+        });
+        Demo {
+            child,
+            lines,
+            seen: String::new(),
+            _redis: redis,
+        }
+    }
+
+    /// The next line of the demo's output containing `text`, within `limit`.
+    fn line_with(&mut self, text: &str, limit: Duration) -> String {
+        let until = Instant::now() + limit;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(text) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "the demo never printed {text:?}; its output:\n{}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// The dashboard's URL, once the demo prints it.
+    fn dashboard(&mut self) -> String {
+        let printed = self.line_with("Dashboard: ", Duration::from_secs(120));
+        printed
+            .split_whitespace()
+            .find(|w| w.starts_with("http"))
+            .unwrap_or_else(|| panic!("no URL in {printed:?}"))
+            .to_string()
+    }
+
+    /// Sends Ctrl-C (SIGINT) and waits for the demo to exit.
+    fn interrupt(&mut self) -> ExitStatus {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGINT).expect("interrupt the demo");
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < until, "the demo did not stop on Ctrl-C");
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }
 
+/// The tasks the master at `url` lists.
+async fn tasks(url: &str) -> Vec<Value> {
+    let page: Value = reqwest::get(format!("{url}v1/tasks"))
+        .await
+        .expect("the master answers")
+        .json()
+        .await
+        .unwrap();
+    page["tasks"].as_array().cloned().unwrap_or_default()
+}
+
 #[tokio::test]
 async fn the_demo_prints_its_dashboard_and_stays_up_until_interrupted() {
-    let (redis_url, _redis) = trainyard_testkit::redis_url();
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-        .args(["demo", "--tasks", "1", "--episodes", "20", "--stay"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("TRAINYARD_REDIS_URL", &redis_url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the demo");
-    let out = demo.stdout.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = String::new();
-    let printed = line_with(&lines, "Dashboard: ", Duration::from_secs(120), &mut seen);
-    let url = printed
-        .split_whitespace()
-        .find(|w| w.starts_with("http"))
-        .unwrap_or_else(|| panic!("no URL in {printed:?}"))
-        .to_string();
-
-    line_with(
-        &lines,
-        "Press Ctrl-C to stop",
-        Duration::from_secs(180),
-        &mut seen,
-    );
+    let mut demo = Demo::start(&["--tasks", "1", "--episodes", "20", "--stay"]);
+    let url = demo.dashboard();
+    demo.line_with("Press Ctrl-C to stop", Duration::from_secs(180));
     // The tasks are over and the cluster still serves the dashboard.
     let page = reqwest::get(&url).await.expect("the dashboard answers");
     assert_eq!(page.status(), 200);
@@ -76,26 +124,42 @@ async fn the_demo_prints_its_dashboard_and_stays_up_until_interrupted() {
         .get("content-type")
         .is_some_and(|v| v.to_str().unwrap().starts_with("text/html")));
     assert!(page.text().await.unwrap().contains("/assets/app.js"));
-    let tasks: serde_json::Value = reqwest::get(format!("{url}v1/tasks"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(tasks["tasks"][0]["status"], "COMPLETED", "{tasks}");
+    let listed = tasks(&url).await;
+    assert_eq!(listed[0]["status"], "COMPLETED", "{listed:?}");
 
-    kill(Pid::from_raw(demo.id() as i32), Signal::SIGINT).expect("interrupt the demo");
-    let until = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = demo.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < until, "the demo did not stop on Ctrl-C");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(status.success(), "{status}\n{seen}");
+    let status = demo.interrupt();
+    assert!(status.success(), "{status}\n{}", demo.seen);
     assert!(
         reqwest::get(&url).await.is_err(),
         "the master stopped with the demo"
+    );
+}
+
+#[tokio::test]
+async fn the_cartpole_demo_trains_cartpole_beside_the_grid_world_and_completes() {
+    let mut demo = Demo::start(&["--cartpole", "--tasks", "1", "--episodes", "20", "--stay"]);
+    let url = demo.dashboard();
+    // The hosts build CartPole's environment before its first episode.
+    demo.line_with("Press Ctrl-C to stop", Duration::from_secs(420));
+    let listed = tasks(&url).await;
+    let of = |adapter: &str| -> Vec<&Value> {
+        listed.iter().filter(|t| t["adapter"] == adapter).collect()
+    };
+    assert_eq!(of("python-trainer").len(), 1, "{listed:#?}");
+    assert_eq!(of("cartpole").len(), 2, "{listed:#?}");
+    for task in &listed {
+        assert_eq!(task["status"], "COMPLETED", "{task:#}\n{}", demo.seen);
+    }
+    for task in of("cartpole") {
+        let metrics = &task["result"]["metrics"];
+        assert_eq!(metrics["episodes"], 300.0, "{task:#}");
+        assert!(metrics["mean_return"].is_number(), "{task:#}");
+    }
+
+    let status = demo.interrupt();
+    assert!(
+        status.success(),
+        "every task completed: {status}\n{}",
+        demo.seen
     );
 }

@@ -15,6 +15,9 @@
 //!   trainer prints `CUDA_VISIBLE_DEVICES` and the rest as its progress
 //!   message, so the test reads what the trainer really saw), waits while
 //!   they are taken, and a request no host could hold is refused at submit.
+//!   The adapter is told the same devices and share through the contract's
+//!   `host.assigned-resources` (0.1.2), which `env-values` reports in its
+//!   result's summary.
 
 // `serial()` holds a std mutex across each whole test on purpose: the
 // multi-process tests take the machine's ports and CPU one at a time.
@@ -193,6 +196,51 @@ async fn two_one_gpu_tasks_on_a_two_gpu_host_get_different_devices() {
     assert_eq!(env.get("CUDA_VISIBLE_DEVICES"), Some(&Some(String::new())));
     assert_eq!(env.get("TRAINYARD_CPUS"), Some(&None));
     cancel(&c, none).await;
+}
+
+#[tokio::test]
+async fn the_adapter_is_told_the_very_device_and_share_its_trainer_was_given() {
+    let _serial = serial();
+    let c = TestCluster::start(gpu_setup(2), 1).await;
+    // The host's first device is taken, so the task's is not a guess.
+    let holder = c.submit(holding_task(json!({"gpus": 1}))).await;
+    let (held, _) = trainer_env(&c, holder).await;
+    let task = json!({
+        "adapter": "hostile",
+        "params": {"attack": "env-values", "names": SHARE_VARIABLES},
+        "resources": {"gpus": 1, "cpus": 1},
+    });
+    let id = c.submit(task).await;
+    let done = c
+        .wait_for(id, WAIT, "completed with the trainer's environment", |d| {
+            d.task.status == TaskStatus::Completed
+                && d.task
+                    .progress
+                    .as_ref()
+                    .is_some_and(|p| p.message.is_some())
+        })
+        .await;
+    let printed = done.task.progress.as_ref().and_then(|p| p.message.clone());
+    let env: HashMap<String, Option<String>> =
+        serde_json::from_str(&printed.unwrap_or_default()).expect("the trainer prints JSON");
+    let device = var(&env, "TRAINYARD_GPUS");
+    assert_eq!(var(&env, "TRAINYARD_CPUS"), "1");
+    assert_ne!(device, var(&held, "TRAINYARD_GPUS"), "{env:?} {held:?}");
+    assert_eq!(
+        done.attempts[0].assignment.as_ref().map(|a| a.gpus.clone()),
+        Some(vec![device.clone()])
+    );
+
+    // What the adapter read through `host.assigned-resources` in `prepare`.
+    let summary = done.task.result.as_ref().and_then(|r| r.summary.clone());
+    let summary: Value =
+        serde_json::from_str(&summary.unwrap_or_default()).expect("a JSON summary");
+    assert_eq!(
+        summary["observed"][0]["assigned"],
+        json!({"gpus": [device], "cpus": 1.0, "memory_bytes": null}),
+        "the adapter was told what the trainer got: {summary}"
+    );
+    cancel(&c, holder).await;
 }
 
 #[tokio::test]

@@ -2,7 +2,9 @@
 //! as the suite does) build, with the `uv` of `make python-tools`, the
 //! environment the `script-trainer` adapter's entry asks for, from a wheel
 //! directory the test writes (offline: `find_links` and `no_index`), and
-//! run its scripts with that environment's interpreter, read-only.
+//! run its scripts with that environment's interpreter, read-only. An
+//! unknown package and a package whose build fails end the task FAILED at
+//! once, with the installer's message; an unreachable index is retried.
 
 mod common;
 
@@ -169,6 +171,41 @@ async fn an_unknown_package_fails_the_task_for_good_with_the_installers_reason()
     assert!(
         error.contains("nosuchpkg-zz") && error.contains("Python environment"),
         "the error names the package and the installer's reason: {error}"
+    );
+    assert_eq!(
+        detail.attempts.len(),
+        1,
+        "not retried: {:?}",
+        detail.attempts
+    );
+    let left = entries(&environments_root(&c));
+    assert!(left.is_empty(), "no environment left behind: {left:?}");
+}
+
+/// A host whose `script-trainer` entry asks for `brokenpkg`, whose source
+/// package (in a directory of its own, offline) fails to build.
+fn broken(s: &mut Settings) {
+    offline(s, &["brokenpkg"]);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-env-broken");
+    trainyard_testkit::write_broken_sdist(&dir);
+    s.host.python.find_links = vec![dir];
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_that_fails_to_build_fails_the_task_for_good_with_the_installers_message() {
+    let c = TestCluster::start(setup(broken), 1).await;
+    let id = c
+        .submit(
+            json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 3}),
+        )
+        .await;
+    let detail = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
+    let error = detail.task.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("Python environment")
+            && error.contains("Failed to build `brokenpkg==1.0`")
+            && error.contains(trainyard_testkit::BROKEN_BUILD_MESSAGE),
+        "the error carries the installer's message and the build's own: {error}"
     );
     assert_eq!(
         detail.attempts.len(),

@@ -63,6 +63,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
         attempt: AttemptRef::new(1, 1),
         workspace,
         logs: None,
+        assignment: Default::default(),
     };
 
     let python_rounds = env.size(30, 3);

@@ -2,7 +2,9 @@
 //! reference adapters produce the plans they should, and every attack of
 //! the `hostile` adapter ends in a clear fault (or plan refusal) within a
 //! bounded time, after which the same runtime and the same loaded adapter
-//! still run a normal attempt.
+//! still run a normal attempt. Components built against every version of
+//! the contract (`wit/archive/`) load and run, and one of 0.1.2 reads the
+//! resources its attempt was given.
 
 mod support;
 
@@ -14,6 +16,7 @@ use trainyard_host::runtime::{
     AdapterFault, AdapterRuntime, Call, CheckpointRef, ExitReport, ExitStatus, LaunchPlan,
     LoadError, RuntimeConfig,
 };
+use trainyard_proto::resources::Assignment;
 
 fn fault_message(result: Result<impl std::fmt::Debug, AdapterFault>) -> String {
     result.expect_err("a fault").to_string()
@@ -62,10 +65,50 @@ async fn the_built_adapters_load_and_describe_themselves() {
     }
 }
 
+/// Whether the component at `adapters/dist/<name>.wasm` names `text` (its
+/// imports and exports are named in the binary, versions and all).
+fn names(name: &str, text: &str) -> bool {
+    let bytes = std::fs::read(component(name)).expect("the component");
+    bytes.windows(text.len()).any(|w| w == text.as_bytes())
+}
+
+/// The hostile adapter's `env-values` attempt, from `prepare` to `finish`,
+/// with `assignment` given: what its summary says the host assigned.
+async fn assignment_seen(
+    adapter: &trainyard_host::runtime::LoadedAdapter,
+    assignment: Assignment,
+) -> serde_json::Value {
+    let mut attempt = Attempt::new(5);
+    attempt.context.assignment = assignment;
+    let mut instance = adapter
+        .instantiate(attempt.context.clone())
+        .await
+        .expect("instantiate");
+    let params = r#"{"attack": "env-values", "names": ["TRAINYARD_GPUS"]}"#;
+    instance
+        .prepare(&task(&attempt, params))
+        .await
+        .expect("no fault")
+        .expect("a plan");
+    let exit = ExitReport {
+        status: ExitStatus::Exited(0),
+        stderr_tail: String::new(),
+        duration_ms: 1,
+    };
+    let result = instance.finish(&exit).await.expect("no fault").expect("ok");
+    let summary: serde_json::Value =
+        serde_json::from_str(&result.summary.expect("a summary")).expect("JSON");
+    summary["observed"][0]["assigned"].clone()
+}
+
 #[tokio::test]
 async fn components_of_every_contract_version_load_and_declare_what_they_declare() {
     let runtime = runtime();
-    // Built against 0.1.0 (wit/archive/0.1.0): no metadata export at all.
+    // Built against 0.1.0 (wit/archive/0.1.0): no metadata export at all,
+    // and a `host` import of 0.1.0 (its `prepare` logs when asked), which
+    // the host's `host` of 0.1.2, with one more function, serves.
+    assert!(names("script-trainer", "trainyard:adapter/adapter@0.1.0"));
+    assert!(names("script-trainer", "trainyard:adapter/host@0.1.0"));
     let old = load(&runtime, "script-trainer").await;
     assert!(old.info().params_schemas.is_empty());
     assert!(old.info().result_metrics.is_empty());
@@ -75,12 +118,26 @@ async fn components_of_every_contract_version_load_and_declare_what_they_declare
         .await
         .expect("instantiate");
     let plan = instance
-        .prepare(&task(&attempt, r#"{"script": "print(1)"}"#))
+        .prepare(&task(&attempt, r#"{"script": "print(1)", "log": "old"}"#))
         .await
         .expect("no fault")
         .expect("a plan");
     assert_eq!(plan.command.expect("a command").program, "python3");
-    // Built against 0.1.1 with the metadata export: its result metrics.
+    // Built against 0.1.1's core world (wit/archive/0.1.1), which leaves
+    // the metadata out; it runs an attempt to its result.
+    assert!(names("noop", "trainyard:adapter/adapter@0.1.1"));
+    let core = load(&runtime, "noop").await;
+    assert!(core.info().result_metrics.is_empty());
+    let mut instance = core.instantiate(attempt.context.clone()).await.unwrap();
+    instance
+        .prepare(&task(&attempt, "{}"))
+        .await
+        .unwrap()
+        .unwrap();
+    let success = instance.finish(&not_launched()).await.unwrap().unwrap();
+    assert_eq!(success.metrics[0].name, "ok");
+    // Built against 0.1.2 with the metadata export: its result metrics.
+    assert!(names("python-trainer", "trainyard:adapter/metadata@0.1.2"));
     let new = load(&runtime, "python-trainer").await;
     assert!(
         new.info().params_schemas.is_empty(),
@@ -98,9 +155,28 @@ async fn components_of_every_contract_version_load_and_declare_what_they_declare
             new.info().result_metrics
         );
     }
-    // Built against 0.1.1's core world, which leaves the metadata out.
-    let core = load(&runtime, "noop").await;
-    assert!(core.info().result_metrics.is_empty());
+}
+
+#[tokio::test]
+async fn an_adapter_of_0_1_2_reads_the_resources_its_attempt_was_given() {
+    assert!(names("hostile", "trainyard:adapter/host@0.1.2"));
+    assert!(names("hostile", "assigned-resources"));
+    let runtime = runtime();
+    let hostile = load(&runtime, "hostile").await;
+    let given = Assignment {
+        gpus: vec!["gpu3".into(), "gpu1".into()],
+        cpus: Some(1.5),
+        memory_bytes: Some(64 << 20),
+    };
+    assert_eq!(
+        assignment_seen(&hostile, given).await,
+        serde_json::json!({"gpus": ["gpu3", "gpu1"], "cpus": 1.5, "memory_bytes": 64 << 20})
+    );
+    // Nothing assigned (a local run, `adapter check`): an empty answer.
+    assert_eq!(
+        assignment_seen(&hostile, Assignment::default()).await,
+        serde_json::json!({"gpus": [], "cpus": null, "memory_bytes": null})
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,8 @@
 //! - [`adapter_cache`]: one compiled-adapter cache for every host of a test
 //!   run, so each adapter is compiled once rather than once per test.
 //! - [`uv`]: the installer `make python-tools` puts under `target/`, and
-//!   [`write_tiny_wheel`]: a package to build Python environments from offline.
+//!   [`write_tiny_wheel`]: a package to build Python environments from offline;
+//!   [`write_broken_sdist`]: a source package whose build fails.
 //!
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
@@ -236,6 +237,62 @@ with zipfile.ZipFile(sys.argv[1] + "/tinypkg-1.2.3-py3-none-any.whl", "w") as z:
     assert!(
         status.success(),
         "could not write the tiny wheel into {}",
+        dir.display()
+    );
+}
+
+/// What the build of `brokenpkg` raises, for tests to find in the error.
+pub const BROKEN_BUILD_MESSAGE: &str = "brokenpkg refuses to build: its native library is missing";
+
+/// Writes the source distribution of `brokenpkg` 1.0 into `dir`: static
+/// metadata (so it resolves), and an in-tree build backend, needing nothing
+/// from any index, whose `build_wheel` raises [`BROKEN_BUILD_MESSAGE`], as
+/// a `setup.py` that cannot find a native library would. Written under a
+/// temporary name and renamed, so tests writing it at once never read a
+/// half-written file.
+pub fn write_broken_sdist(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("source package directory");
+    let script = r#"
+import io, os, sys, tarfile
+backend = f"""
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise RuntimeError({sys.argv[2]!r})
+"""
+pyproject = """[project]
+name = "brokenpkg"
+version = "1.0"
+
+[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+"""
+files = {
+    "brokenpkg-1.0/pyproject.toml": pyproject,
+    "brokenpkg-1.0/backend.py": backend,
+    "brokenpkg-1.0/PKG-INFO": "Metadata-Version: 2.1\nName: brokenpkg\nVersion: 1.0\n",
+}
+path = os.path.join(sys.argv[1], "brokenpkg-1.0.tar.gz")
+with tarfile.open(f"{path}.{os.getpid()}", "w:gz") as archive:
+    for name, text in files.items():
+        data = text.encode()
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+os.replace(f"{path}.{os.getpid()}", path)
+"#;
+    let status = std::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &dir.display().to_string(),
+            BROKEN_BUILD_MESSAGE,
+        ])
+        .status()
+        .expect("python3 not found: install the Debian package python3");
+    assert!(
+        status.success(),
+        "could not write the broken source package into {}",
         dir.display()
     );
 }

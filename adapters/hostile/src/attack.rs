@@ -58,6 +58,9 @@ pub enum Attack {
     /// Launch `python3` to print the values of these environment variables
     /// as one JSON line (passed on as the progress message, so a test reads
     /// what the trainer saw while it runs), then stay alive `hold_secs`.
+    /// `prepare` also asks the host what the attempt was assigned
+    /// (`host.assigned-resources`), and `finish` reports it, so a test
+    /// compares what the adapter was told with what the trainer saw.
     EnvValues { names: Vec<String>, hold_secs: u64 },
 }
 

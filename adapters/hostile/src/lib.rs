@@ -7,7 +7,8 @@
 //! programs, launch plans and results over the contract's bounds, floods of
 //! logs and progress. `{}` behaves: a plan that runs nothing and a `finish`
 //! that succeeds. What an attack managed to do is reported in the `finish`
-//! summary as one line of JSON (see [`probe`]).
+//! summary as one line of JSON (see [`probe`]); `env-values` reports there
+//! the resources the host says it assigned the attempt.
 //!
 //! Layout: [`attack`] reads the params, [`probe`] tries the sandbox,
 //! [`oversized`] builds values over the bounds; this file is the glue.
@@ -25,9 +26,10 @@ mod bindings {
 
 use attack::{Attack, Phase};
 use bindings::exports::trainyard::adapter::adapter::Guest;
-use bindings::trainyard::adapter::host::{log, LogLevel};
+use bindings::trainyard::adapter::host::{assigned_resources, log, LogLevel};
 use bindings::trainyard::adapter::types::{
-    AdapterInfo, Command, EnvVar, ExitReport, LaunchPlan, Metric, Progress, Task, TaskError, TaskResult,
+    AdapterInfo, Command, EnvVar, ExitReport, LaunchPlan, Metric, Progress, Task, TaskError,
+    TaskResult,
 };
 use serde_json::{json, Value};
 use std::sync::Mutex;
@@ -96,19 +98,22 @@ impl Guest for Hostile {
             },
             Attack::HugePlan(shape) => oversized::plan(*shape),
             // Output attacks need output: a trainer that prints lines.
-            Attack::Loop(Phase::Output) | Attack::ProgressFlood { .. } => python(
-                "for i in range(100): print(i, flush=True)",
-            ),
+            Attack::Loop(Phase::Output) | Attack::ProgressFlood { .. } => {
+                python("for i in range(100): print(i, flush=True)")
+            }
             Attack::DumpEnv => python(
                 "import os, json; open('env.json', 'w').write(json.dumps(sorted(os.environ)))",
             ),
-            Attack::EnvValues { names, hold_secs } => python(&format!(
-                // A JSON list of strings is also a Python list literal.
-                "import os, json, time; \
-                 print(json.dumps({{n: os.environ.get(n) for n in {}}}), flush=True); \
-                 time.sleep({hold_secs})",
-                Value::from(names.clone())
-            )),
+            Attack::EnvValues { names, hold_secs } => {
+                observed.push(assigned());
+                python(&format!(
+                    // A JSON list of strings is also a Python list literal.
+                    "import os, json, time; \
+                     print(json.dumps({{n: os.environ.get(n) for n in {}}}), flush=True); \
+                     time.sleep({hold_secs})",
+                    Value::from(names.clone())
+                ))
+            }
             Attack::LogFlood { records } => {
                 for i in 0..*records {
                     log(LogLevel::Info, &format!("hostile log flood, record {i}"));
@@ -159,10 +164,12 @@ impl Guest for Hostile {
             Attack::ReadSymlink { targets, .. } => observed
                 .extend((0..targets.len()).map(|i| probe::read(&format!("/workspace/leak-{i}")))),
             Attack::Probe { tcp } => observed.push(probe::environment(&tcp)),
-            Attack::DumpEnv => observed.push(match std::fs::read_to_string("/workspace/env.json") {
-                Ok(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
-                Err(e) => json!({ "error": e.to_string() }),
-            }),
+            Attack::DumpEnv => {
+                observed.push(match std::fs::read_to_string("/workspace/env.json") {
+                    Ok(text) => serde_json::from_str(&text).unwrap_or(Value::Null),
+                    Err(e) => json!({ "error": e.to_string() }),
+                })
+            }
             _ => {}
         }
         Ok(TaskResult {
@@ -174,6 +181,16 @@ impl Guest for Hostile {
             summary: Some(json!({ "observed": observed }).to_string()),
         })
     }
+}
+
+/// What the host says it gave this attempt, as the summary reports it.
+fn assigned() -> Value {
+    let given = assigned_resources();
+    json!({ "assigned": {
+        "gpus": given.gpus,
+        "cpus": given.cpus,
+        "memory_bytes": given.memory_bytes,
+    }})
 }
 
 /// A plan running `python3 -c <code>`.

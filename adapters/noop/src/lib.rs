@@ -7,12 +7,16 @@
 //! With `seq N` each output line is a progress event (and the host captures
 //! it as a log line), which measures what watching a trainer costs.
 //! Params are checked in [`params`].
+//!
+//! It is built against the contract's `0.1.1`, kept in `wit/archive/0.1.1`
+//! (it needs nothing newer): the witness that hosts keep loading and running
+//! components of that version, as `script-trainer` is for `0.1.0`.
 
 mod params;
 
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit",
+        path: "../../wit/archive/0.1.1",
         world: "adapter-core",
     });
 }
@@ -137,7 +141,10 @@ mod tests {
 
         let lines = launch_plan(params::NoopParams::Lines(20));
         let command = lines.command.expect("a command");
-        assert_eq!((command.program.as_str(), command.args), ("seq", vec!["20".to_owned()]));
+        assert_eq!(
+            (command.program.as_str(), command.args),
+            ("seq", vec!["20".to_owned()])
+        );
     }
 
     #[test]
@@ -166,7 +173,10 @@ mod tests {
     fn any_other_exit_is_a_retryable_failure() {
         for (status, message) in [
             (ExitStatus::Exited(1), "the command exited with code 1"),
-            (ExitStatus::Signaled(9), "the command was killed by signal 9"),
+            (
+                ExitStatus::Signaled(9),
+                "the command was killed by signal 9",
+            ),
         ] {
             let err = outcome(&status).map(|_| ()).expect_err(message);
             assert!(err.retryable);

@@ -6,14 +6,16 @@
 //! or disk) and to check each attempt ends the way the host promises. It is
 //! never part of a shipped configuration.
 //!
-//! Params: `{"script": "<python source>"}`. The script runs as
+//! Params: `{"script": "<python source>"}`, and optionally `"log": "<text>"`,
+//! a record `prepare` writes to the attempt's log. The script runs as
 //! `python3 trainer.py` in the workspace; whatever it writes to
 //! `verdict.txt` becomes the result's summary, and a non-zero exit fails the
 //! attempt with the end of its stderr.
 //!
 //! It is built against the contract's first version, `0.1.0`, kept in
 //! `wit/archive/0.1.0`: the witness that hosts keep loading and running
-//! components built for an older version of the contract unchanged.
+//! components built for an older version of the contract unchanged, its
+//! `host@0.1.0` import (the log) included.
 
 mod bindings {
     wit_bindgen::generate!({
@@ -23,6 +25,7 @@ mod bindings {
 }
 
 use bindings::exports::trainyard::adapter::adapter::Guest;
+use bindings::trainyard::adapter::host::{log, LogLevel};
 use bindings::trainyard::adapter::types::{
     AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Progress, Task, TaskError,
     TaskResult, WorkspaceFile,
@@ -58,6 +61,11 @@ impl Guest for ScriptTrainer {
             .get("script")
             .and_then(|s| s.as_str())
             .ok_or_else(|| refuse("params need a \"script\" string".to_owned()))?;
+        // Through 0.1.0's `host` import, which hosts of later versions
+        // (whose `host` has more functions) still link.
+        if let Some(record) = params.get("log").and_then(|l| l.as_str()) {
+            log(LogLevel::Info, record);
+        }
         Ok(LaunchPlan {
             files: vec![WorkspaceFile {
                 path: "trainer.py".to_owned(),

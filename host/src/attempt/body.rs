@@ -234,6 +234,7 @@ impl Run<'_> {
             attempt: self.attempt,
             workspace: workspace.path().to_path_buf(),
             logs: Some(self.logs.clone()),
+            assignment: self.assignment.clone(),
         };
         let mut instance = match adapter.loaded.instantiate(context).await {
             Ok(i) => i,

@@ -205,6 +205,8 @@ async fn run_case(
         attempt,
         workspace: workspace.path().to_path_buf(),
         logs: None,
+        // No attempt of a cluster: the adapter is told nothing is assigned.
+        assignment: Default::default(),
     };
     let mut instance = match loaded.instantiate(context).await {
         Ok(instance) => instance,

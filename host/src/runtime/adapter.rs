@@ -16,7 +16,7 @@ use super::contract::{self, ContractProblem, HeaderProblem};
 use super::engine::Shared;
 use super::error::{AdapterFault, Call, LoadError};
 use super::guest_log::{cut, Tags};
-use super::sandbox::{AttemptState, Sandbox};
+use super::sandbox::{AttemptState, Grant, Sandbox};
 use super::types::{
     self, ExitReport, OutputEvent, TaskFailure, TaskInput, TaskSuccess, Violation, MAX_OUTPUT_LINE,
 };
@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;
 
 /// Which attempt an instance serves, and the directory it may touch.
@@ -36,6 +37,10 @@ pub struct AttemptContext {
     /// Where the adapter's log records and console lines are captured for
     /// the master, besides the host's own log.
     pub logs: Option<crate::logs::LogWriter>,
+    /// The devices and share the host gave the attempt, which the adapter
+    /// reads through `host.assigned-resources`; empty when nothing was
+    /// assigned (a local run, `adapter check`).
+    pub assignment: Assignment,
 }
 
 /// An adapter ready to run attempts. Cheap to clone.
@@ -77,8 +82,11 @@ impl LoadedAdapter {
             attempt: Some(ctx.attempt),
             capture: ctx.logs,
         };
-        let sandbox =
-            Sandbox::instantiate(&loaded.shared, &loaded.pre, tags, Some(&ctx.workspace)).await?;
+        let grant = Grant {
+            workspace: Some(&ctx.workspace),
+            assignment: types::wit_assignment(&ctx.assignment),
+        };
+        let sandbox = Sandbox::instantiate(&loaded.shared, &loaded.pre, tags, grant).await?;
         Ok(AdapterInstance {
             adapter: self.clone(),
             sandbox,
@@ -314,7 +322,7 @@ async fn describe(
 }
 
 /// The instance `describe` and the metadata calls run in: one of its own,
-/// with no workspace at all.
+/// with no workspace and no resources at all.
 async fn describer(
     shared: &Shared,
     pre: &AdapterPre<AttemptState>,
@@ -325,5 +333,5 @@ async fn describer(
         attempt: None,
         capture: None,
     };
-    Sandbox::instantiate(shared, pre, tags, None).await
+    Sandbox::instantiate(shared, pre, tags, Grant::none()).await
 }

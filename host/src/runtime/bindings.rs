@@ -6,9 +6,14 @@
 //! `adapter-metadata`, the export added in 0.1.1, which a host looks for on
 //! its own and treats as optional ([`AdapterPre`]).
 //!
+//! The `host` import is bound at the contract's newest version and serves
+//! components of every earlier one: wasmtime links an import of
+//! `host@0.1.0` or `host@0.1.1` to it (semver-compatible), and an older
+//! component simply does not import `assigned-resources` (added in 0.1.2).
+//!
 //! Exports are async so calls into an adapter run on a fiber that yields to
-//! tokio at every epoch tick (see [`super::limits`]); the `host.log` import
-//! is synchronous because it never waits for anything.
+//! tokio at every epoch tick (see [`super::limits`]); the `host` imports are
+//! synchronous because they never wait for anything.
 
 wasmtime::component::bindgen!({
     path: "../wit/adapter.wit",
@@ -26,7 +31,7 @@ pub mod metadata {
 }
 
 pub use exports::trainyard::adapter::adapter::Guest as AdapterExports;
-pub use trainyard::adapter::host::LogLevel;
+pub use trainyard::adapter::host::{Assignment as WitAssignment, LogLevel};
 pub use trainyard::adapter::types as wit;
 
 use wasmtime::component::InstancePre;

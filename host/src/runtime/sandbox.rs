@@ -5,7 +5,9 @@
 //! WASI grants exactly this: the attempt's workspace, read-write, at
 //! `/workspace` (none at all while loading); stdout and stderr into the
 //! host's log; the clocks and random numbers. No arguments, no environment
-//! variables, no stdin, no sockets of any kind, no name lookup.
+//! variables, no stdin, no sockets of any kind, no name lookup. Beyond
+//! WASI, the contract's `host` imports: the log, and the attempt's
+//! resources as the host assigned them ([`Grant`]).
 //!
 //! A call is armed with its deadline, run under a backstop timer, and its
 //! failure classified: the clock expired → deadline; the limiter refused a
@@ -13,7 +15,7 @@
 //! blocked inside a host call (a WASI sleep, say), where epoch interruption
 //! cannot reach it: the call's future is dropped and the instance is dead.
 
-use super::bindings::{self, metadata, wit, AdapterCore, AdapterPre, LogLevel};
+use super::bindings::{self, metadata, wit, AdapterCore, AdapterPre, LogLevel, WitAssignment};
 use super::engine::{Shared, Slot};
 use super::error::{AdapterFault, Call};
 use super::guest_log::{self, Console, GuestOutput, LogBudget, Stream, Tags};
@@ -38,6 +40,9 @@ pub struct AttemptState {
     memory: MemoryGuard,
     clock: CallClock,
     output: Arc<Mutex<GuestOutput>>,
+    /// What `host.assigned-resources` answers: fixed when the attempt's
+    /// instance is made, empty for the instance that describes an adapter.
+    assignment: WitAssignment,
 }
 
 impl WasiView for AttemptState {
@@ -53,9 +58,34 @@ impl bindings::trainyard::adapter::host::Host for AttemptState {
     fn log(&mut self, level: LogLevel, message: String) {
         guest_log::lock(&self.output).log(level, &message);
     }
+
+    fn assigned_resources(&mut self) -> WitAssignment {
+        self.assignment.clone()
+    }
 }
 
 impl bindings::trainyard::adapter::types::Host for AttemptState {}
+
+/// What an instance is given beyond WASI's clocks and its log: the
+/// attempt's workspace (none while describing) and its resources.
+pub struct Grant<'a> {
+    pub workspace: Option<&'a Path>,
+    pub assignment: WitAssignment,
+}
+
+impl Grant<'_> {
+    /// Nothing at all: the instance that describes an adapter.
+    pub fn none() -> Self {
+        Grant {
+            workspace: None,
+            assignment: WitAssignment {
+                cpus: None,
+                memory_bytes: None,
+                gpus: Vec::new(),
+            },
+        }
+    }
+}
 
 /// The limits and names a fault message needs.
 #[derive(Clone, Debug)]
@@ -96,7 +126,7 @@ impl Sandbox {
         shared: &Shared,
         pre: &AdapterPre<AttemptState>,
         tags: Tags,
-        workspace: Option<&Path>,
+        grant: Grant<'_>,
     ) -> Result<Sandbox, AdapterFault> {
         let config = &shared.config;
         let scope = Scope {
@@ -119,8 +149,7 @@ impl Sandbox {
                 capacity: shared.slots.capacity(),
                 waited: config.call_timeout,
             })?;
-        let mut store =
-            new_store(&shared.engine, config, tags, workspace).map_err(instantiation)?;
+        let mut store = new_store(&shared.engine, config, tags, grant).map_err(instantiation)?;
         arm(&mut store, &scope);
         let instantiation = async {
             let instance = pre.instance_pre.instantiate_async(&mut store).await?;
@@ -267,7 +296,7 @@ fn new_store(
     engine: &Engine,
     config: &RuntimeConfig,
     tags: Tags,
-    workspace: Option<&Path>,
+    grant: Grant<'_>,
 ) -> Result<Store<AttemptState>, String> {
     let output = Arc::new(Mutex::new(GuestOutput::new(
         tags,
@@ -285,7 +314,7 @@ fn new_store(
     .allow_tcp(false)
     .allow_udp(false)
     .allow_ip_name_lookup(false);
-    if let Some(dir) = workspace {
+    if let Some(dir) = grant.workspace {
         wasi.preopened_dir(dir, super::types::GUEST_WORKSPACE, FsPerms::ReadWrite)
             .map_err(|e| format!("cannot open the workspace {}: {e:#}", dir.display()))?;
     }
@@ -297,6 +326,7 @@ fn new_store(
         memory: MemoryGuard::new(limit),
         clock: CallClock::default(),
         output,
+        assignment: grant.assignment,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.memory);

@@ -9,10 +9,11 @@
 //! cutting the text and ending it with `…`: losing the end of a message is
 //! better for an operator than losing the attempt's whole result over it.
 
-use super::bindings::wit;
+use super::bindings::{wit, WitAssignment};
 use super::guest_log::cut;
 use crate::plan::check_relative_path;
 use trainyard_proto::messages::{Metric, Progress};
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;
 
 /// The workspace as every adapter sees it.
@@ -107,6 +108,15 @@ pub fn wit_task(input: &TaskInput, kind: &str) -> wit::Task {
             CheckpointRef::External(reference) => wit::Checkpoint::External(reference),
         }),
         workspace: GUEST_WORKSPACE.to_owned(),
+    }
+}
+
+/// The attempt's devices and share, as `host.assigned-resources` answers.
+pub fn wit_assignment(assignment: &Assignment) -> WitAssignment {
+    WitAssignment {
+        cpus: assignment.cpus,
+        memory_bytes: assignment.memory_bytes,
+        gpus: assignment.gpus.clone(),
     }
 }
 

@@ -75,6 +75,7 @@ impl Attempt {
                 attempt: AttemptRef::new(task, 1),
                 workspace,
                 logs: None,
+                assignment: Default::default(),
             },
             root,
         }
