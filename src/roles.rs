@@ -101,6 +101,11 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
     );
     config.slots = s.host.slots;
     config.resources = s.host.resources.resolve();
+    config.gpu_files = s
+        .host
+        .resources
+        .gpu_files(&config.resources.gpus)
+        .map_err(anyhow::Error::msg)?;
     config.key_prefix = s.redis_key_prefix.clone();
     config.timers = s.timers.clone();
     config.adapters = s

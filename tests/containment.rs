@@ -381,3 +381,102 @@ async fn a_host_refuses_to_start_when_a_layer_cannot_be_enforced() {
         "the refusal names the user and the key that turns the layer off:\n{log}"
     );
 }
+
+/// Fake GPUs' device files: plain files, which Landlock treats like device
+/// nodes. Under the build's scratch directory, readable by every user, so
+/// only Landlock can keep a trainer from one.
+const FAKE_GPU_FILES: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/containment-fake-gpus");
+
+fn fake_gpu_file(gpu: &str) -> PathBuf {
+    Path::new(FAKE_GPU_FILES).join(gpu)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_opens_the_device_files_of_its_own_gpu_and_no_other() {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(FAKE_GPU_FILES).unwrap();
+    std::fs::set_permissions(FAKE_GPU_FILES, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for gpu in ["gpu0", "gpu1"] {
+        std::fs::write(fake_gpu_file(gpu), gpu).unwrap();
+        std::fs::set_permissions(fake_gpu_file(gpu), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+    }
+    let setup = Setup {
+        configure: |s| {
+            (setup().configure)(s);
+            let gpus = ["gpu0", "gpu1"].map(String::from);
+            s.host.resources.gpus = trainyard_host::config::GpuSetting::Listed(gpus.to_vec());
+            s.host.resources.gpu_files = gpus
+                .iter()
+                .map(|gpu| (gpu.clone(), vec![fake_gpu_file(gpu)]))
+                .collect();
+        },
+        ..setup()
+    };
+    let c = TestCluster::start(setup, 1).await;
+    let script = format!(
+        r#"
+import json, os
+def attempt(path):
+    try:
+        open(path).read()
+        return "allowed"
+    except OSError as e:
+        return "blocked: " + e.__class__.__name__
+verdict = {{
+    "given": os.environ.get("TRAINYARD_GPUS", ""),
+    "gpu0": attempt({gpu0:?}),
+    "gpu1": attempt({gpu1:?}),
+}}
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#,
+        gpu0 = fake_gpu_file("gpu0"),
+        gpu1 = fake_gpu_file("gpu1"),
+    );
+    let run = |resources: serde_json::Value| {
+        c.submit(json!({
+            "adapter": "script-trainer",
+            "params": {"script": script},
+            "max_attempts": 1,
+            "resources": resources,
+        }))
+    };
+    // Two attempts at once, one GPU each: each opens its own file only.
+    let holding = format!("import time\n{script}\ntime.sleep(5)");
+    let first = c
+        .submit(json!({
+            "adapter": "script-trainer",
+            "params": {"script": holding},
+            "max_attempts": 1,
+            "resources": {"gpus": 1},
+        }))
+        .await;
+    let second = run(json!({"gpus": 1})).await;
+    let mut given_out = vec![];
+    for id in [first, second] {
+        let done = c.wait_for_status(id, TaskStatus::Completed, LONG).await;
+        let v = verdict(&done);
+        let given = v["given"].as_str().unwrap_or_default().to_string();
+        let other = if given == "gpu0" { "gpu1" } else { "gpu0" };
+        assert!(given == "gpu0" || given == "gpu1", "{v}");
+        assert_eq!(v[&given], "allowed", "its own GPU: {v}");
+        let refused = v[other].as_str().unwrap_or_default();
+        assert!(refused.starts_with("blocked"), "another's GPU: {v}");
+        given_out.push(given);
+    }
+    given_out.sort();
+    assert_eq!(
+        given_out,
+        ["gpu0", "gpu1"],
+        "the first held its GPU throughout"
+    );
+    // A task without a GPU opens neither.
+    let none = run(json!({})).await;
+    let v = verdict(&c.wait_for_status(none, TaskStatus::Completed, LONG).await);
+    for gpu in ["gpu0", "gpu1"] {
+        assert!(
+            v[gpu].as_str().unwrap_or_default().starts_with("blocked"),
+            "{v}"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 use crate::containment::{AdapterContainment, ContainmentSettings};
 use crate::python_env::{PythonRequirements, PythonSettings};
 use crate::runtime::RuntimeConfig;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use trainyard_proto::auth::ClusterSecret;
@@ -42,6 +43,9 @@ pub struct HostConfig {
     pub slots: u32,
     /// CPUs, memory and GPUs offered to tasks.
     pub resources: HostCapacity,
+    /// The device files of each GPU offered: a trainer may open only those
+    /// of the GPUs its attempt holds.
+    pub gpu_files: BTreeMap<String, Vec<PathBuf>>,
     /// Task workspaces live under here.
     pub work_dir: PathBuf,
     /// How trainers are contained.
@@ -112,6 +116,7 @@ impl HostConfig {
             id,
             master,
             slots: 2,
+            gpu_files: BTreeMap::new(),
             resources: HostCapacity {
                 cpus: crate::capacity::machine_cpus(),
                 memory_bytes: crate::capacity::machine_memory(),
@@ -166,7 +171,20 @@ pub struct ResourceSettings {
     /// `"auto"` (the GPUs `nvidia-smi` lists; none without it) or the
     /// devices' names.
     pub gpus: GpuSetting,
+    /// The device files of each listed GPU (its `/dev` node and the
+    /// driver's shared nodes): with Landlock on, a trainer may open only
+    /// those of the GPUs its attempt holds. GPUs found by `nvidia-smi` get
+    /// `/dev/nvidia<index>` and the NVIDIA driver's shared nodes.
+    pub gpu_files: BTreeMap<String, Vec<PathBuf>>,
 }
+
+/// The NVIDIA driver's nodes every process using a GPU opens.
+pub const NVIDIA_SHARED_FILES: &[&str] = &[
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+];
 
 /// Which GPUs a host offers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -211,6 +229,28 @@ impl From<GpuSetting> for GpuWords {
 }
 
 impl ResourceSettings {
+    /// The device files of each of `gpus` (the GPUs offered): as listed in
+    /// `gpu_files`, or for GPUs `nvidia-smi` found, the NVIDIA nodes. Files
+    /// listed for a GPU that is not offered are an error (a typo would
+    /// otherwise keep a GPU's own trainer from opening it).
+    pub fn gpu_files(&self, gpus: &[String]) -> Result<BTreeMap<String, Vec<PathBuf>>, String> {
+        if let Some(stray) = self.gpu_files.keys().find(|g| !gpus.contains(g)) {
+            return Err(format!(
+                "host.resources.gpu_files names GPU {stray:?}, which this host does not offer (it offers: {})",
+                gpus.join(", ")
+            ));
+        }
+        let files = |gpu: &String| match (&self.gpus, self.gpu_files.get(gpu)) {
+            (_, Some(listed)) => listed.clone(),
+            (GpuSetting::Auto, None) => std::iter::once(format!("/dev/nvidia{gpu}"))
+                .chain(NVIDIA_SHARED_FILES.iter().map(|f| f.to_string()))
+                .map(PathBuf::from)
+                .collect(),
+            (GpuSetting::Listed(_), None) => vec![],
+        };
+        Ok(gpus.iter().map(|gpu| (gpu.clone(), files(gpu))).collect())
+    }
+
     /// The capacity to offer: what is configured, the machine's for the rest.
     pub fn resolve(&self) -> HostCapacity {
         HostCapacity {
@@ -221,5 +261,47 @@ impl ResourceSettings {
                 GpuSetting::Listed(names) => names.clone(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(gpus: &[&str]) -> Vec<String> {
+        gpus.iter().map(|g| g.to_string()).collect()
+    }
+
+    #[test]
+    fn found_gpus_get_the_nvidia_nodes_and_listed_ones_their_listed_files() {
+        let auto = ResourceSettings::default();
+        let files = auto.gpu_files(&names(&["0", "3"])).unwrap();
+        assert_eq!(files["3"][0], PathBuf::from("/dev/nvidia3"));
+        assert!(files["3"].contains(&PathBuf::from("/dev/nvidiactl")));
+        let listed = ResourceSettings {
+            gpus: GpuSetting::Listed(names(&["a", "b"])),
+            gpu_files: BTreeMap::from([("a".to_string(), vec![PathBuf::from("/srv/a")])]),
+            ..ResourceSettings::default()
+        };
+        let files = listed.gpu_files(&names(&["a", "b"])).unwrap();
+        assert_eq!(files["a"], [PathBuf::from("/srv/a")]);
+        assert!(
+            files["b"].is_empty(),
+            "a listed GPU without files opens none"
+        );
+    }
+
+    #[test]
+    fn files_for_a_gpu_not_offered_are_refused_by_name() {
+        let typo = ResourceSettings {
+            gpus: GpuSetting::Listed(names(&["gpu0"])),
+            gpu_files: BTreeMap::from([("gpu9".to_string(), vec![PathBuf::from("/dev/x")])]),
+            ..ResourceSettings::default()
+        };
+        let refused = typo.gpu_files(&names(&["gpu0"])).unwrap_err();
+        assert!(
+            refused.contains("\"gpu9\"") && refused.contains("gpu0"),
+            "{refused}"
+        );
     }
 }

@@ -260,7 +260,8 @@ pub async fn start(
         &cgroup_dir_name(&config),
         &config.supervisor,
         &config.work_dir,
-    )?;
+    )?
+    .with_gpu_files(config.gpu_files.clone());
     // How the files looked before loading, so a change during the load is
     // seen by the first look of the watcher.
     let seen = reload::scan(&config.adapters);

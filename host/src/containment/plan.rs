@@ -5,6 +5,7 @@
 
 use super::config::{AdapterContainment, Limits, NetworkMode};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use trainyard_proto::resources::Assignment;
 
@@ -126,6 +127,22 @@ pub fn filesystem_rules(
     }
 }
 
+/// The device files a trainer may open: those of the GPUs its attempt was
+/// given, and none of another attempt's. `files` maps each GPU the host
+/// offers to its files (`/dev/nvidia3` and the driver's shared nodes).
+pub fn gpu_files(assignment: &Assignment, files: &BTreeMap<String, Vec<PathBuf>>) -> Vec<PathBuf> {
+    let mut given: Vec<PathBuf> = assignment
+        .gpus
+        .iter()
+        .filter_map(|gpu| files.get(gpu))
+        .flatten()
+        .cloned()
+        .collect();
+    given.sort();
+    given.dedup();
+    given
+}
+
 /// Whether the adapter's trainers get their own network namespace.
 pub fn isolates_network(layer_on: bool, adapter: &AdapterContainment) -> bool {
     layer_on && adapter.network == NetworkMode::None
@@ -190,6 +207,33 @@ mod tests {
         assert!(rules.read_only.contains(&PathBuf::from("/usr")));
         assert!(!rules.read_only.iter().any(|p| p == Path::new("/etc")));
         assert!(!rules.read_only.iter().any(|p| p.starts_with("/var/lib")));
+    }
+
+    #[test]
+    fn a_trainer_may_open_the_files_of_its_own_gpus_only() {
+        let files = BTreeMap::from([
+            (
+                "0".to_string(),
+                vec!["/dev/nvidia0".into(), "/dev/nvidiactl".into()],
+            ),
+            (
+                "1".to_string(),
+                vec!["/dev/nvidia1".into(), "/dev/nvidiactl".into()],
+            ),
+        ]);
+        let given = |gpus: &[&str]| {
+            let assignment = Assignment {
+                gpus: gpus.iter().map(|g| g.to_string()).collect(),
+                ..Assignment::default()
+            };
+            gpu_files(&assignment, &files)
+        };
+        assert_eq!(
+            given(&["1"]),
+            [PathBuf::from("/dev/nvidia1"), "/dev/nvidiactl".into()]
+        );
+        assert_eq!(given(&["0", "1"]).len(), 3);
+        assert!(given(&[]).is_empty());
     }
 
     #[test]

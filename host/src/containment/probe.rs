@@ -7,6 +7,7 @@
 use super::cgroup::{self, AttemptCgroup, Version};
 use super::config::{AdapterContainment, ContainmentSettings, Limits, Switch, USER_OFF};
 use super::plan::{self, Confinement, Credentials};
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,6 +38,9 @@ pub struct Enforcement {
     user: Option<(String, Credentials)>,
     read_only: Vec<PathBuf>,
     limits: Limits,
+    /// Each GPU's device files, opened only by the attempt it is given to
+    /// (with Landlock on).
+    gpu_files: BTreeMap<String, Vec<PathBuf>>,
 }
 
 impl Enforcement {
@@ -50,6 +54,7 @@ impl Enforcement {
             user: None,
             read_only: vec![],
             limits: Limits::default(),
+            gpu_files: BTreeMap::new(),
         }
     }
 
@@ -90,7 +95,13 @@ impl Enforcement {
                 .chain(interpreter_settings())
                 .collect(),
             limits: settings.limits.clone(),
+            gpu_files: BTreeMap::new(),
         })
+    }
+
+    /// The device files of each GPU this host offers.
+    pub fn with_gpu_files(self, gpu_files: BTreeMap<String, Vec<PathBuf>>) -> Enforcement {
+        Enforcement { gpu_files, ..self }
     }
 
     /// The layers enforced, for operators: `["cgroup v1", "landlock abi 6",
@@ -139,9 +150,14 @@ impl Enforcement {
                 .as_ref()
                 .map(|(_, dir)| format!("{dir}/{attempt_name}")),
             limits: plan::effective_limits(&self.limits, &adapter.limits, assignment),
-            filesystem: self
-                .landlock_abi
-                .map(|_| plan::filesystem_rules(workspace, &executable, &self.read_only, adapter)),
+            filesystem: self.landlock_abi.map(|_| {
+                let mut rules =
+                    plan::filesystem_rules(workspace, &executable, &self.read_only, adapter);
+                rules
+                    .read_write
+                    .extend(plan::gpu_files(assignment, &self.gpu_files));
+                rules
+            }),
             isolate_network: plan::isolates_network(self.network, adapter),
             user: self.credentials(),
         }
