@@ -463,6 +463,31 @@ mod tests {
     }
 
     #[test]
+    fn a_gpus_device_files_come_from_the_environment_as_a_list_keeping_its_name() {
+        let file = with_file("");
+        let env = |value: &str| Inputs {
+            file: Some(file.path().to_path_buf()),
+            env: vec![(
+                "TRAINYARD_HOST__RESOURCES__GPU_FILES__Gpu0".to_string(),
+                value.to_string(),
+            )],
+            ..Inputs::default()
+        };
+        let (s, _) = Settings::load_from(env(r#"["/dev/nvidia0", "/dev/nvidiactl"]"#)).unwrap();
+        assert_eq!(
+            s.host.resources.gpu_files["Gpu0"],
+            [PathBuf::from("/dev/nvidia0"), "/dev/nvidiactl".into()]
+        );
+        let refused = Settings::load_from(env("/dev/nvidia0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("a list is written in brackets"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn the_shipped_config_file_is_valid_and_matches_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml");
         let (from_file, _) = load(&path, serde_json::json!({})).unwrap();

@@ -40,7 +40,7 @@ fn collect(node: &Value, path: &mut Vec<String>, out: &mut Vec<(String, Value)>)
         out.push((path.join("."), node.clone()));
         return;
     };
-    let is_map = super::keys::STRING_MAPS.contains(&path.join(".").as_str());
+    let is_map = super::keys::is_free_map(&path.join("."));
     if object.is_empty() {
         out.push((path.join("."), node.clone()));
         return;

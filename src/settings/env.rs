@@ -110,7 +110,7 @@ fn path_of(name: &str) -> Vec<String> {
     let mut path: Vec<String> = vec![];
     for segment in name[PREFIX.len()..].split("__") {
         let parent = path.join(".");
-        if keys::STRING_MAPS.contains(&parent.as_str()) {
+        if keys::is_free_map(&parent) {
             path.push(segment.to_string());
         } else {
             path.push(segment.to_ascii_lowercase());

@@ -8,10 +8,20 @@ use super::Settings;
 use figment::value::Value;
 use serde_json::Value as Json;
 
-/// Keys whose value is a map with free string keys and string values. Every
-/// other object in the defaults is a section with fixed keys (a unit test
-/// holds the two in step).
-pub(super) const STRING_MAPS: [&str; 1] = ["host.trainer_env"];
+/// Keys whose value is a map with free keys (names the operator chooses),
+/// with the kind of each entry. Every other object in the defaults is a
+/// section with fixed keys (a unit test holds the two in step).
+const FREE_MAPS: [(&str, KeyKind); 2] = [
+    // NAME = "value"
+    ("host.trainer_env", KeyKind::Text),
+    // GPU = ["/dev/nvidia0", "/dev/nvidiactl"]
+    ("host.resources.gpu_files", KeyKind::List),
+];
+
+/// Whether the key at `path` (dotted) is a map with free keys.
+pub(super) fn is_free_map(path: &str) -> bool {
+    FREE_MAPS.iter().any(|(map, _)| *map == path)
+}
 
 /// What a dotted path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,10 +32,8 @@ pub(super) enum KeyKind {
     Scalar,
     /// A list: `[a, b]`.
     List,
-    /// A map of strings: `{NAME="value"}` as a whole.
+    /// A map with free keys: `{NAME="value"}` as a whole.
     Map,
-    /// One entry of a map of strings.
-    MapEntry,
     /// A section such as `master`: not a value.
     Section,
 }
@@ -42,10 +50,10 @@ pub(super) fn kind_of(path: &[String]) -> Result<KeyKind, NoSuchKey> {
     let mut node = &defaults;
     for (depth, segment) in path.iter().enumerate() {
         let here = path[..depth].join(".");
-        if STRING_MAPS.contains(&here.as_str()) {
+        if let Some((_, entry)) = FREE_MAPS.iter().find(|(map, _)| *map == here) {
             // Only one level below a map: `host.trainer_env.NAME`.
             return if depth + 1 == path.len() {
-                Ok(KeyKind::MapEntry)
+                Ok(*entry)
             } else {
                 Err(no_such())
             };
@@ -64,7 +72,7 @@ pub(super) fn kind_of(path: &[String]) -> Result<KeyKind, NoSuchKey> {
         Json::Null | Json::String(_) => KeyKind::Text,
         Json::Bool(_) | Json::Number(_) => KeyKind::Scalar,
         Json::Array(_) => KeyKind::List,
-        Json::Object(_) if STRING_MAPS.contains(&path.join(".").as_str()) => KeyKind::Map,
+        Json::Object(_) if is_free_map(&path.join(".")) => KeyKind::Map,
         Json::Object(_) => KeyKind::Section,
     })
 }
@@ -84,7 +92,7 @@ fn holds_a_number(path: &[String]) -> bool {
 /// written.
 pub(super) fn parse(kind: KeyKind, raw: &str) -> Result<Value, String> {
     match kind {
-        KeyKind::Text | KeyKind::MapEntry => Ok(Value::from(raw.to_string())),
+        KeyKind::Text => Ok(Value::from(raw.to_string())),
         KeyKind::Scalar => Ok(raw.trim().parse().expect("infallible")),
         KeyKind::List if !raw.trim_start().starts_with('[') => Err(format!(
             "a list is written in brackets, items separated by commas: [a, b] \
@@ -128,7 +136,12 @@ mod tests {
         assert_eq!(kind_of(&path("host.trainer_env")), Ok(KeyKind::Map));
         assert_eq!(
             kind_of(&path("host.trainer_env.OMP_NUM_THREADS")),
-            Ok(KeyKind::MapEntry)
+            Ok(KeyKind::Text)
+        );
+        assert_eq!(kind_of(&path("host.resources.gpu_files")), Ok(KeyKind::Map));
+        assert_eq!(
+            kind_of(&path("host.resources.gpu_files.gpu0")),
+            Ok(KeyKind::List)
         );
         assert_eq!(kind_of(&path("master")), Ok(KeyKind::Section));
         assert_eq!(
@@ -140,7 +153,7 @@ mod tests {
     }
 
     #[test]
-    fn the_only_free_form_objects_are_the_string_maps() {
+    fn the_only_free_form_objects_are_the_free_maps() {
         fn walk(node: &Json, at: String, found: &mut Vec<String>) {
             if let Json::Object(o) = node {
                 if o.is_empty() {
@@ -163,7 +176,10 @@ mod tests {
             String::new(),
             &mut empty,
         );
-        assert_eq!(empty, STRING_MAPS.map(str::to_string).to_vec());
+        let mut maps: Vec<String> = FREE_MAPS.iter().map(|(m, _)| m.to_string()).collect();
+        maps.sort();
+        empty.sort();
+        assert_eq!(empty, maps);
     }
 
     #[test]
