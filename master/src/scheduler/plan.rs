@@ -18,15 +18,23 @@ pub struct Placement {
     pub host: usize,
 }
 
-/// The routes as placement uses them this turn (see
+/// The queued routes that placement narrows this turn (see
 /// [`VersionChoice::narrow`]), worked out once per route: the hosts'
-/// adapters do not change within a turn.
+/// adapters do not change within a turn. Empty when each host picks.
 fn narrowed(versions: VersionChoice, queue: &Queue, hosts: &[HostView]) -> HashMap<Route, Route> {
+    if versions == VersionChoice::Host {
+        return HashMap::new();
+    }
     let fleet = || hosts.iter().map(|h| &*h.adapters);
     queue
         .routes()
         .map(|r| (r.clone(), versions.narrow(r, fleet())))
         .collect()
+}
+
+/// The route placement uses for `route`: its narrowed one, if any.
+fn effective<'a>(narrowed: &'a HashMap<Route, Route>, route: &'a Route) -> &'a Route {
+    narrowed.get(route).unwrap_or(route)
 }
 
 /// Places what fits, in queue order, taking each placement's share out of
@@ -42,7 +50,6 @@ pub fn plan(
     versions: VersionChoice,
 ) -> Vec<Placement> {
     let routes = narrowed(versions, queue, hosts);
-    let route = |r: &Route| routes.get(r).unwrap_or(r).clone();
     if reservation
         .as_ref()
         .is_some_and(|r| !queue.contains(r.task) || !hosts.iter().any(|h| h.id == r.host))
@@ -54,15 +61,22 @@ pub fn plan(
         let held = reservation.as_ref();
         let Some(task) = queue
             .first_where(|class, head| {
+                let route = effective(&routes, &class.route);
                 hosts
                     .iter()
-                    .any(|h| may_take(h, &route(&class.route), &class.need, head, held))
+                    .any(|h| may_take(h, route, &class.need, head, held))
             })
             .cloned()
         else {
             break;
         };
-        let Some(host) = choose(hosts, &route(&task.route), &task.need, task.id, held) else {
+        let Some(host) = choose(
+            hosts,
+            effective(&routes, &task.route),
+            &task.need,
+            task.id,
+            held,
+        ) else {
             break;
         };
         queue.remove(task.id);
@@ -74,7 +88,7 @@ pub fn plan(
         placed.push(Placement { task, host });
     }
     if reservation.is_none() {
-        *reservation = reserve(queue, hosts, now, reserve_after, &route);
+        *reservation = reserve(queue, hosts, now, reserve_after, &routes);
     }
     placed
 }
@@ -87,14 +101,15 @@ fn reserve(
     hosts: &[HostView],
     now: Instant,
     reserve_after: Duration,
-    route: &dyn Fn(&Route) -> Route,
+    routes: &HashMap<Route, Route>,
 ) -> Option<Reservation> {
-    let head =
-        queue.first_where(|class, _| could_ever_fit(hosts, &route(&class.route), &class.need))?;
+    let head = queue.first_where(|class, _| {
+        could_ever_fit(hosts, effective(routes, &class.route), &class.need)
+    })?;
     if now.saturating_duration_since(head.since) < reserve_after {
         return None;
     }
-    let host = reservation_host(hosts, &route(&head.route), &head.need)?;
+    let host = reservation_host(hosts, effective(routes, &head.route), &head.need)?;
     Some(Reservation {
         task: head.id,
         host: hosts[host].id.clone(),
