@@ -161,6 +161,16 @@ async fn simultaneous_attempts_share_one_read_only_environment_built_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_package_fails_the_task_for_good_with_the_installers_reason() {
     let c = TestCluster::start(setup(|s| offline(s, &["nosuchpkg-zz"])), 1).await;
+    let error = failed_for_good(&c).await;
+    assert!(
+        error.contains("nosuchpkg-zz") && error.contains("Python environment"),
+        "the error names the package and the installer's reason: {error}"
+    );
+}
+
+/// Runs the probe allowing 3 attempts and waits until it has FAILED after
+/// one, leaving no environment behind; returns its error.
+async fn failed_for_good(c: &TestCluster) -> String {
     let id = c
         .submit(
             json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 3}),
@@ -168,18 +178,15 @@ async fn an_unknown_package_fails_the_task_for_good_with_the_installers_reason()
         .await;
     let detail = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
     let error = detail.task.error.clone().unwrap_or_default();
-    assert!(
-        error.contains("nosuchpkg-zz") && error.contains("Python environment"),
-        "the error names the package and the installer's reason: {error}"
-    );
     assert_eq!(
         detail.attempts.len(),
         1,
         "not retried: {:?}",
         detail.attempts
     );
-    let left = entries(&environments_root(&c));
+    let left = entries(&environments_root(c));
     assert!(left.is_empty(), "no environment left behind: {left:?}");
+    error
 }
 
 /// A host whose `script-trainer` entry asks for `brokenpkg`, whose source
@@ -194,27 +201,13 @@ fn broken(s: &mut Settings) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_package_that_fails_to_build_fails_the_task_for_good_with_the_installers_message() {
     let c = TestCluster::start(setup(broken), 1).await;
-    let id = c
-        .submit(
-            json!({"adapter": "script-trainer", "params": {"script": PROBE}, "max_attempts": 3}),
-        )
-        .await;
-    let detail = c.wait_for_status(id, TaskStatus::Failed, LONG).await;
-    let error = detail.task.error.clone().unwrap_or_default();
+    let error = failed_for_good(&c).await;
     assert!(
         error.contains("Python environment")
             && error.contains("Failed to build `brokenpkg==1.0`")
             && error.contains(trainyard_testkit::BROKEN_BUILD_MESSAGE),
         "the error carries the installer's message and the build's own: {error}"
     );
-    assert_eq!(
-        detail.attempts.len(),
-        1,
-        "not retried: {:?}",
-        detail.attempts
-    );
-    let left = entries(&environments_root(&c));
-    assert!(left.is_empty(), "no environment left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

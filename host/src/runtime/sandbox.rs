@@ -78,11 +78,7 @@ impl Grant<'_> {
     pub fn none() -> Self {
         Grant {
             workspace: None,
-            assignment: WitAssignment {
-                cpus: None,
-                memory_bytes: None,
-                gpus: Vec::new(),
-            },
+            assignment: super::types::wit_assignment(&Default::default()),
         }
     }
 }
