@@ -9,7 +9,7 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build release install adapters prerequisites browser python-tools fmt clippy clean
+.PHONY: demo test bench build release install adapters prerequisites browser python-tools nextest fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
@@ -64,11 +64,20 @@ demo: build
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_REDIS_URL)"; exit 1; }
 	./target/debug/trainyard demo $(DEMO_ARGS)
 
-# `cargo test` builds the binaries the integration tests start, with the
-# features the tests unify (the master's fail points among them); building
-# them first with `cargo build` would compile most dependencies twice. The
-# check before it proves builds without the tests have no test machinery.
-test: adapters browser python-tools
+# The suite runs under cargo-nextest (.config/nextest.toml: one process per
+# test, several at once); installed with cargo when it is missing.
+NEXTEST_VERSION := 0.9.143
+nextest:
+	@$(CARGO) nextest --version >/dev/null 2>&1 || { \
+	  echo "installing cargo-nextest $(NEXTEST_VERSION), which runs the test suite"; \
+	  $(CARGO) install --locked cargo-nextest --version $(NEXTEST_VERSION); }
+
+# The tests' build turns the master's fail points on; after `make demo`'s
+# `cargo build` it recompiles only the workspace's own crates. The checks
+# before it prove that builds without the tests have no test machinery, and
+# that the tests turn on no feature of a dependency the binaries share
+# (which would compile that dependency, and all above it, twice).
+test: adapters browser python-tools nextest
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }
@@ -76,7 +85,8 @@ test: adapters browser python-tools
 	@command -v pg_dump >/dev/null || { echo "pg_dump not found: install the Debian package postgresql-client (the deployment guide's commands use it)"; exit 1; }
 	@command -v systemd-sysusers >/dev/null || { echo "systemd-sysusers not found: install the Debian package systemd (the deployment guide's make install uses it)"; exit 1; }
 	@CARGO=$(CARGO) scripts/check_no_test_machinery.sh
-	$(WITH_POSTGRES) -- $(CARGO) test --workspace --no-fail-fast
+	@CARGO=$(CARGO) python3 scripts/check_one_build.py
+	$(WITH_POSTGRES) -- $(CARGO) nextest run --workspace
 	@$(MAKE) --no-print-directory -C adapters test
 
 # Every benchmark at full size, in release mode; the table also goes to

@@ -12,12 +12,67 @@ use std::time::{Duration, Instant};
 /// How long a fresh server may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, for a server started next.
+///
+/// Chosen outside the kernel's ephemeral range: a port that `bind(0)` hands
+/// out is ephemeral, and between this check and the server's own `bind`
+/// any outgoing connection on the machine may take it (seen with several
+/// test clusters running at once).
 pub fn free_port() -> u16 {
+    let (low, high) = listen_range(ephemeral_range());
+    let span = u64::from(high - low) + 1;
+    for _ in 0..1000 {
+        let port = low + (random_u64() % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("cannot bind a loopback port")
+}
+
+/// The kernel's ephemeral port range (Linux's default when unreadable).
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut ends = text.split_whitespace().map(str::parse::<u16>);
+            Some((ends.next()?.ok()?, ends.next()?.ok()?))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// The wider run of unprivileged ports below or above the ephemeral range
+/// `(low, high)`; all of them when neither side has a thousand.
+fn listen_range((low, high): (u16, u16)) -> (u16, u16) {
+    let below = (1024, low.saturating_sub(1));
+    let above = (high.saturating_add(1), u16::MAX);
+    let width = |(a, b): (u16, u16)| b.saturating_sub(a);
+    let wider = if width(below) >= width(above) {
+        below
+    } else {
+        above
+    };
+    if width(wider) >= 1000 {
+        wider
+    } else {
+        (1024, u16::MAX)
+    }
+}
+
+/// A random number from std's per-process hash keys (this file depends on
+/// std and tempfile only).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
 }
 
 /// Waits until something accepts TCP connections on the loopback port.
@@ -129,5 +184,25 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{free_port, listen_range};
+
+    #[test]
+    fn servers_listen_outside_the_ephemeral_range() {
+        assert_eq!(listen_range((32768, 60999)), (1024, 32767));
+        assert_eq!(listen_range((1024, 40000)), (40001, 65535));
+        assert_eq!(listen_range((1500, 65000)), (1024, 65535));
+        let (low, high) = listen_range(super::ephemeral_range());
+        for _ in 0..20 {
+            let port = free_port();
+            assert!(
+                (low..=high).contains(&port),
+                "{port} outside {low}..={high}"
+            );
+        }
     }
 }

@@ -161,7 +161,11 @@ async fn a_new_rust_adapter_builds_and_completes_a_task_on_a_cluster() {
         .get("mean_return")
         .expect("the sample trainer's mean_return");
     assert!((0.0..=20.0).contains(&mean), "{mean}");
-    let progress = done.task.progress.as_ref().expect("progress");
+    let progress = done
+        .task
+        .progress
+        .as_ref()
+        .unwrap_or_else(|| panic!("no progress on {done:#?}\n{}", c.all_logs()));
     assert_eq!(progress.episode, Some(40));
 
     // The adapter declares a schema of its params: bad ones are refused at

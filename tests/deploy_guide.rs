@@ -114,7 +114,7 @@ fn every_command_of_the_deployment_guide_runs() {
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_trainyard")).parent().unwrap();
     assert!(
         bin_dir.join("trainyard-supervise").exists(),
-        "{} is missing: `make test` (cargo test --workspace) builds it; alone, run \
+        "{} is missing: `make test` builds it (all of the workspace); alone, run \
          `cargo build -p trainyard-host --bins` first",
         bin_dir.join("trainyard-supervise").display()
     );

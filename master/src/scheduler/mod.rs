@@ -756,12 +756,11 @@ impl Scheduler {
             }
         }
         // Tests crash here: the dispatch is recorded, the host never hears of it.
-        #[cfg(feature = "failpoints")]
-        if !cycle.dispatches.is_empty() {
-            fail::fail_point!("master-crash-after-dispatch-commit", |_| {
-                tracing::error!("fail point: crashing after committing a dispatch");
-                std::process::exit(86)
-            });
+        if !cycle.dispatches.is_empty()
+            && crate::failpoints::hit("master-crash-after-dispatch-commit")
+        {
+            tracing::error!("fail point: crashing after committing a dispatch");
+            std::process::exit(86)
         }
         // Dispatches whose write applied go out now.
         let mut by_id: std::collections::HashMap<TaskId, crate::store::DispatchPayload> =
