@@ -88,12 +88,16 @@ test: adapters browser python-tools nextest
 	@CARGO=$(CARGO) python3 scripts/check_one_build.py
 	$(WITH_POSTGRES) -- $(CARGO) nextest run --workspace
 	@$(MAKE) --no-print-directory -C adapters test
+	cd bench/peers && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s . -p 'test_*.py'
 
-# Every benchmark at full size, in release mode; the table also goes to
-# target/bench.md. Not a test: figures are reported, never asserted.
+# Every benchmark at full size, in release mode, then the same no-work load
+# through a peer (BullMQ, installed with npm into bench/peers/bullmq); the
+# table also goes to target/bench.md. Not a test: figures are reported,
+# never asserted.
 bench: release browser
 	@command -v redis-server >/dev/null || { echo "redis-server not found: install the Debian package redis-server"; exit 1; }
 	$(WITH_POSTGRES) --durable -- ./target/release/trainyard-bench all --markdown target/bench.md
+	python3 bench/peers/run.py --against target/bench.md --markdown target/bench.md
 
 # What a deployment installs (docs/deploy.md): the adapters and every binary
 # of the workspace, in release mode.
