@@ -42,7 +42,7 @@ const SUBMIT_BATCH: usize = 500;
 /// Submissions in flight at once in the saturation phase.
 const SUBMITTERS: usize = 4;
 /// How often the half-load phase submits.
-const PACE: Duration = Duration::from_millis(10);
+pub const PACE: Duration = Duration::from_millis(10);
 
 /// Lines of output (progress events and log lines) per task when the
 /// benchmark measures what watching trainers costs.
@@ -218,7 +218,8 @@ fn use_tls(
 }
 
 /// Submission times of tasks, by id, in ms since the Unix epoch.
-type Sent = HashMap<u64, i64>;
+/// Submitted tasks: id -> when the submission was sent (ms since the epoch).
+pub type Sent = HashMap<u64, i64>;
 
 /// One run; its rows and its throughput in tasks/s.
 async fn one_backend(
@@ -458,7 +459,8 @@ async fn one_backend(
     Ok((rows, rate))
 }
 
-async fn submit(
+/// Submits `n` tasks of the noop adapter with these params, one request.
+pub async fn submit(
     client: &ApiClient,
     params: &serde_json::Value,
     n: usize,
@@ -539,7 +541,7 @@ pub struct Done {
 }
 
 /// Reads the tasks of `sent` back and measures each one's latency.
-async fn collect(client: &ApiClient, sent: &Sent) -> anyhow::Result<Vec<Done>> {
+pub async fn collect(client: &ApiClient, sent: &Sent) -> anyhow::Result<Vec<Done>> {
     let ids: Vec<u64> = sent.keys().copied().collect();
     Ok(read_tasks(client, &ids)
         .await?

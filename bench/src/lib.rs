@@ -32,6 +32,7 @@ pub mod probe;
 pub mod python_env;
 pub mod recovery;
 pub mod report;
+pub mod scale;
 pub mod storm;
 pub mod sweep;
 
@@ -64,6 +65,9 @@ pub enum Bench {
     Containment,
     /// The dashboard's first visit with 10,000 tasks, in headless Chromium.
     Dashboard,
+    /// 5,000 light hosts × 8 slots and 1,000,000 queued tasks on one master:
+    /// RSS, time to admit them after a restart, dispatch latency.
+    Scale,
     /// Python environments: a cold build, a warm reuse, a reuse after restart.
     PythonEnv,
 }
@@ -114,7 +118,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 11] = [
+    let steps: [(Bench, &str); 12] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
@@ -126,6 +130,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (Bench::Containment, "containment"),
         (Bench::Dashboard, "dashboard"),
         (Bench::PythonEnv, "python env"),
+        (Bench::Scale, "scale"),
     ];
     for (bench, name) in steps {
         if !wants(bench) {
@@ -144,6 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Containment => containment::run(&env).await,
             Bench::Dashboard => dashboard::run(&env).await,
             Bench::PythonEnv => python_env::run(&env).await,
+            Bench::Scale => scale::run(&env).await,
             Bench::All => unreachable!("`all` is not a step"),
         };
         match result {

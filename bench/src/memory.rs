@@ -31,33 +31,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
 
     // The tasks in the table before the master starts: queued for an
     // adapter no host carries, so they stay queued.
-    let store = Store::connect(&stage.database.url).await?;
-    let seeded = Instant::now();
-    for start in (0..tasks).step_by(1000) {
-        let inserts = (start..(start + 1000).min(tasks))
-            .map(|i| NewTask {
-                name: Some(format!("parked-{i}")),
-                adapter: "parked".into(),
-                version: None,
-                kind: "parked".into(),
-                params: r#"{"episodes":300}"#.into(),
-                priority: 0,
-                max_attempts: 3,
-                timeout_secs: None,
-                resources: Default::default(),
-            })
-            .collect();
-        store
-            .apply(&Batch {
-                sweeps: vec![],
-                inserts,
-                writes: vec![],
-                now_ms: trainyard_proto::now_ms(),
-            })
-            .await?;
-    }
-    store.close().await;
-    let seed_time = seeded.elapsed();
+    let seed_time = seed_parked(&stage.database.url, tasks).await?;
 
     let mut master = c.spawn_master()?;
     let client = c.wait_for_master(Duration::from_secs(120)).await?;
@@ -177,6 +151,38 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
             scrape.worst < METRICS_SCRAPE_BUDGET,
         ),
     ])
+}
+
+/// Puts `n` tasks in the table, queued for an adapter no host carries (so
+/// they stay queued), a thousand per transaction; returns how long it took.
+pub async fn seed_parked(url: &str, n: usize) -> anyhow::Result<Duration> {
+    let store = Store::connect(url).await?;
+    let seeded = Instant::now();
+    for start in (0..n).step_by(1000) {
+        let inserts = (start..(start + 1000).min(n))
+            .map(|i| NewTask {
+                name: Some(format!("parked-{i}")),
+                adapter: "parked".into(),
+                version: None,
+                kind: "parked".into(),
+                params: r#"{"episodes":300}"#.into(),
+                priority: 0,
+                max_attempts: 3,
+                timeout_secs: None,
+                resources: Default::default(),
+            })
+            .collect();
+        store
+            .apply(&Batch {
+                sweeps: vec![],
+                inserts,
+                writes: vec![],
+                now_ms: trainyard_proto::now_ms(),
+            })
+            .await?;
+    }
+    store.close().await;
+    Ok(seeded.elapsed())
 }
 
 /// What a Prometheus scrape of the master may take at this size.
