@@ -367,8 +367,11 @@ impl TestCluster {
     }
 }
 
-/// Serialises the tests of one binary: multi-process tests with sub-second
-/// leases should not compete for the machine's two cores.
+/// Serialises the tests of one binary under `cargo test`, which runs them as
+/// threads of one process: multi-process tests should not compete for the
+/// machine's two cores there. `make test` runs each test in a process of
+/// its own under cargo-nextest, where this lock holds nothing and
+/// `.config/nextest.toml` decides how many run at once.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
