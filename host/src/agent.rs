@@ -96,13 +96,12 @@ pub struct Agent {
     ledger: Ledger,
     /// Final reports not yet acknowledged, by attempt.
     unacked: BTreeMap<AttemptRef, AttemptReport>,
-    /// The newest progress of each running attempt, re-sent on reconnect so
-    /// a checkpoint announced while the master was away still reaches it.
+    /// The newest progress of each attempt that runs, or has ended with its
+    /// report not yet acknowledged. Re-sent on reconnect, before the
+    /// reports: a checkpoint announced while the master was away still
+    /// reaches it, and a connection lost as an attempt ended does not cost
+    /// its curve the last points.
     last_progress: HashMap<AttemptRef, ProgressUpdate>,
-    /// The newest progress of each ended attempt whose report is not yet
-    /// acknowledged, re-sent before the report on reconnect: a connection
-    /// lost as the attempt ended must not cost its curve the last points.
-    final_progress: HashMap<AttemptRef, ProgressUpdate>,
     outbox: Option<(u64, mpsc::Sender<HostMessage>)>,
     /// The adapters the master was last told of on this connection.
     advertised: Vec<AdapterInfo>,
@@ -134,7 +133,6 @@ impl Agent {
             ledger,
             unacked: BTreeMap::new(),
             last_progress: HashMap::new(),
-            final_progress: HashMap::new(),
             outbox: None,
             advertised: vec![],
             events_tx: events_tx.clone(),
@@ -236,11 +234,7 @@ impl Agent {
                 // Adapters reloaded since the hello was written.
                 self.advertise();
                 self.heartbeat();
-                let progress = self
-                    .last_progress
-                    .values()
-                    .chain(self.final_progress.values());
-                for update in progress.cloned().collect::<Vec<_>>() {
+                for update in self.last_progress.values().cloned().collect::<Vec<_>>() {
                     self.send(HostMessage::Progress(update));
                 }
                 self.resend_reports();
@@ -270,7 +264,7 @@ impl Agent {
                 self.control(attempt, Control::Stop { reason });
             }
             MasterMessage::ReportAck { attempt } => {
-                self.final_progress.remove(&attempt);
+                self.last_progress.remove(&attempt);
                 if self.unacked.remove(&attempt).is_some() {
                     tracing::debug!(%attempt, "report acknowledged");
                 }
@@ -375,6 +369,7 @@ impl Agent {
                 reason,
             } => {
                 self.free(slot, attempt);
+                self.last_progress.remove(&attempt);
                 self.send(HostMessage::Rejected { attempt, reason });
             }
             AttemptEvent::Progress(update) => {
@@ -389,9 +384,6 @@ impl Agent {
             }
             AttemptEvent::Finished { slot, report } => {
                 let attempt = report.attempt;
-                if let Some(progress) = self.last_progress.remove(&attempt) {
-                    self.final_progress.insert(attempt, progress);
-                }
                 self.free(slot, attempt);
                 self.unacked.insert(attempt, report.clone());
                 self.send(HostMessage::Report(report));
@@ -408,7 +400,6 @@ impl Agent {
             }
         }
         self.ledger.release(attempt);
-        self.last_progress.remove(&attempt);
     }
 
     fn heartbeat(&mut self) {
