@@ -28,6 +28,19 @@ pub struct FleetSpec {
     pub certificates: Option<PathBuf>,
 }
 
+impl FleetSpec {
+    /// `count` hosts of `slots` slots each carrying the noop adapter, allowed
+    /// no program, over plain TCP.
+    pub fn noop(env: &super::env::BenchEnv, count: usize, slots: u32) -> Self {
+        Self {
+            count,
+            slots,
+            adapters: vec![(env.adapter("noop"), vec![])],
+            certificates: None,
+        }
+    }
+}
+
 /// The id of the light host at `index`.
 pub fn host_id(index: usize) -> String {
     format!("light-{index}")

@@ -38,16 +38,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let master_pid = master.pid().context("the master has no pid")?;
     let with_tasks = rss_bytes(master_pid).unwrap_or_default();
     let sampler = Sampler::start(master_pid, Duration::from_millis(100));
-    let fleet = Fleet::start(
-        c,
-        &FleetSpec {
-            count: hosts,
-            slots: 1,
-            adapters: vec![(env.adapter("noop"), vec![])],
-            certificates: None,
-        },
-    )
-    .await?;
+    let fleet = Fleet::start(c, &FleetSpec::noop(env, hosts, 1)).await?;
     wait_registered(&client, hosts, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let with_hosts = rss_bytes(master_pid).unwrap_or_default();

@@ -48,16 +48,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let pid = master.pid().context("the master has no pid")?;
     let queue_rss = rss_bytes(pid).unwrap_or_default();
     let sampler = Sampler::start(pid, Duration::from_millis(100));
-    let fleet = Fleet::start(
-        c,
-        &FleetSpec {
-            count: hosts,
-            slots,
-            adapters: vec![(env.adapter("noop"), vec![])],
-            certificates: None,
-        },
-    )
-    .await?;
+    let fleet = Fleet::start(c, &FleetSpec::noop(env, hosts, slots)).await?;
     wait_registered(&client, hosts, PATIENCE).await?;
     let first_join = started.elapsed();
     let hosts_rss = rss_bytes(pid).unwrap_or_default();

@@ -26,16 +26,7 @@ pub async fn run(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let mut master = c.spawn_master()?;
     let client = c.wait_for_master(Duration::from_secs(30)).await?;
     let started = Instant::now();
-    let fleet = Fleet::start(
-        c,
-        &FleetSpec {
-            count: hosts,
-            slots: 1,
-            adapters: vec![(env.adapter("noop"), vec![])],
-            certificates: None,
-        },
-    )
-    .await?;
+    let fleet = Fleet::start(c, &FleetSpec::noop(env, hosts, 1)).await?;
     wait_registered(&client, hosts, Duration::from_secs(120)).await?;
     let first_connect = started.elapsed();
 
