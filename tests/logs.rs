@@ -366,13 +366,16 @@ async fn following_delivers_lines_printed_after_the_request_and_ends_with_the_ta
         .follow_logs(id, LogQuery::default())
         .await
         .expect("follow");
-    let events: Vec<LogEvent> =
-        tokio::time::timeout(Duration::from_secs(60), stream.collect::<Vec<_>>())
-            .await
-            .expect("the stream ends with the task")
-            .into_iter()
-            .map(|e| e.expect("event"))
-            .collect();
+    let events =
+        match tokio::time::timeout(Duration::from_secs(60), stream.collect::<Vec<_>>()).await {
+            Ok(events) => events,
+            Err(_) => panic!(
+                "the stream did not end with the task (now {})\n{}",
+                c.task(id).await.task.status.as_str(),
+                c.all_logs()
+            ),
+        };
+    let events: Vec<LogEvent> = events.into_iter().map(|e| e.expect("event")).collect();
     let lines: Vec<&str> = events
         .iter()
         .filter_map(|e| match e {
