@@ -43,6 +43,8 @@ pub enum Command {
     Task(commands::task::TaskArgs),
     /// List hosts and what they run
     Hosts(commands::hosts::HostsArgs),
+    /// Show the master's health, and which master leads when there are several
+    Health(commands::health::HealthArgs),
     /// Cancel a task
     Cancel(commands::cancel::CancelArgs),
     /// Print a task's trainer and adapter output (-f follows it until the task ends)

@@ -3,11 +3,19 @@
 //! the master's own types (`trainyard_master::model`) or a [`ClientError`]
 //! that says, for a person, what went wrong. Mutating calls carry the API
 //! token as `Authorization: Bearer`.
+//!
+//! `api.url` may name several masters, comma separated (one leads, the
+//! others stand by): a request goes to the master that answered last (at
+//! first the first URL), and on to the next URL when a master cannot be
+//! reached or is a standby that knows no leader; a standby's `307` to the
+//! leader is followed here, not by reqwest, which would drop the token on a
+//! cross-origin redirect. The decisions are in [`failover`].
 
 #[cfg(test)]
 pub(crate) mod canned;
 mod error;
 mod events;
+pub mod failover;
 mod logs;
 
 pub use error::{error_message, ClientError};
@@ -15,10 +23,13 @@ pub use events::{StreamEvent, TaskEvent};
 pub use logs::{LogEvent, LogLine, LogPage, LogQuery};
 
 use eventsource_stream::Eventsource;
+use failover::{MasterUrl, Verdict};
 use futures::{Stream, StreamExt};
-use reqwest::{Method, RequestBuilder, Response, Url};
+use reqwest::{Method, Request, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use trainyard_master::model::{Task, TaskDetail, TaskStatus};
 use trainyard_master::scheduler::FreeResources;
@@ -73,22 +84,26 @@ pub struct RunningView {
     pub slot: Option<u32>,
 }
 
-/// A client of one master. Cheap to clone (the connection pool is shared).
+/// A client of the master (or of one of several masters). Cheap to clone:
+/// clones share the connection pool and which master answered last.
 #[derive(Clone)]
 pub struct ApiClient {
     http: reqwest::Client,
-    /// The API root, ending in `/` so that joining keeps a path prefix (a
-    /// master behind a proxy at `http://gateway/trainyard/`).
-    base: Url,
-    /// The URL as the operator wrote it, for messages.
-    shown: String,
+    /// The masters of `api.url`, in the operator's order; at least one.
+    masters: Arc<[MasterUrl]>,
+    /// The master that answered last: the command's later calls go there
+    /// first rather than waiting again on a dead first URL.
+    answered: Arc<AtomicUsize>,
+    /// Whether the operator was told a standby answered (once a command).
+    told_standby: Arc<AtomicBool>,
     token: Option<String>,
 }
 
 impl std::fmt::Debug for ApiClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown: Vec<&str> = self.masters.iter().map(|m| m.shown.as_str()).collect();
         f.debug_struct("ApiClient")
-            .field("base", &self.shown)
+            .field("masters", &shown)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .finish()
     }
@@ -133,53 +148,40 @@ pub struct SweepCreated {
 }
 
 impl ApiClient {
-    /// A client of the master at `base_url` (`http://host:port`). An empty
-    /// token counts as none.
+    /// A client of the master at `base_url` (`http://host:port`, or
+    /// several URLs comma separated). An empty token counts as none.
     pub fn new(base_url: &str, token: Option<String>) -> Result<Self, ClientError> {
         Self::with_tls(base_url, token, None)
     }
 
-    /// A client of the master at `base_url`: `https://host:port` with `tls`
-    /// saying how to check the master's certificate, or `http://host:port`.
+    /// A client of the master at `base_url` (or of the masters, comma
+    /// separated): `https://host:port` with `tls` saying how to check the
+    /// master's certificate, or `http://host:port`.
     pub fn with_tls(
         base_url: &str,
         token: Option<String>,
         tls: Option<&ClientTls>,
     ) -> Result<Self, ClientError> {
-        let shown = base_url.trim().trim_end_matches('/').to_string();
-        let invalid = |reason: String| ClientError::InvalidUrl {
-            url: base_url.to_string(),
-            reason,
-        };
-        let mut base = Url::parse(base_url.trim()).map_err(|e| invalid(e.to_string()))?;
-        let tls = match (base.scheme(), tls) {
-            ("http", _) => None,
-            ("https", Some(tls)) => Some(tls),
+        let masters = failover::parse_urls(base_url, |url| match (url.scheme(), tls) {
+            ("http", _) | ("https", Some(_)) => Ok(()),
             ("https", None) => {
-                return Err(invalid(
-                    "https:// needs tls.ca to check the master's certificate against".into(),
-                ))
+                Err("https:// needs tls.ca to check the master's certificate against".into())
             }
-            (scheme, _) => {
-                return Err(invalid(format!(
-                    "use http://HOST:PORT or https://HOST:PORT (not {scheme}://)"
-                )))
-            }
-        };
-        if !base.path().ends_with('/') {
-            let path = format!("{}/", base.path());
-            base.set_path(&path);
-        }
-        base.set_query(None);
-        base.set_fragment(None);
+            (scheme, _) => Err(format!(
+                "use http://HOST:PORT or https://HOST:PORT (not {scheme}://)"
+            )),
+        })?;
+        let tls = tls.filter(|_| masters.iter().any(|m| m.base.scheme() == "https"));
         let mut http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(READ_TIMEOUT)
+            // A standby's redirect is followed by `follow`, with the token.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("trainyard/", env!("CARGO_PKG_VERSION")));
         if let Some(tls) = tls {
             if matches!(tls.server, ServerCheck::Insecure) {
                 tracing::warn!(
-                    url = %shown,
+                    url = %base_url.trim(),
                     "INSECURE: the master's TLS certificate is not verified \
                      (tls.insecure_skip_verify); for tests only"
                 );
@@ -194,15 +196,21 @@ impl ApiClient {
             .map_err(|e| ClientError::Setup(e.to_string()))?;
         Ok(Self {
             http,
-            base,
-            shown,
+            masters: masters.into(),
+            answered: Arc::new(AtomicUsize::new(0)),
+            told_standby: Arc::new(AtomicBool::new(false)),
             token: token.filter(|t| !t.trim().is_empty()),
         })
     }
 
-    /// The master's URL, as given.
+    /// The master's URL, as given: of the master that answered last (at
+    /// first the first of `api.url`).
     pub fn base_url(&self) -> &str {
-        &self.shown
+        &self.current().shown
+    }
+
+    fn current(&self) -> &MasterUrl {
+        &self.masters[self.answered.load(Ordering::Relaxed) % self.masters.len()]
     }
 
     /// `GET /v1/health`: database, Redis and scheduler state, task counts —
@@ -216,17 +224,13 @@ impl ApiClient {
     /// its report.
     pub async fn probe(&self, path: &str) -> Result<(bool, serde_json::Value), ClientError> {
         let what = format!("GET /{path}");
-        let response = self
-            .request(Method::GET, path)?
-            .timeout(REQUEST_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+        let request = self.request(Method::GET, path)?.timeout(REQUEST_TIMEOUT);
+        let (response, shown) = self.dispatch(request).await?;
         let status = response.status();
         let body = response
             .bytes()
             .await
-            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+            .map_err(|e| ClientError::transport(&shown, &e))?;
         if !(status.is_success() || status == reqwest::StatusCode::SERVICE_UNAVAILABLE) {
             let text = String::from_utf8_lossy(&body);
             return Err(ClientError::from_response(
@@ -362,8 +366,7 @@ impl ApiClient {
         }
         // No whole-request timeout: the stream lasts as long as the master
         // keeps it open; the read timeout catches a master gone silent.
-        let response = self.send(request).await?;
-        let shown = self.shown.clone();
+        let (response, shown) = self.send(request).await?;
         let events = response
             .bytes_stream()
             .eventsource()
@@ -406,8 +409,7 @@ impl ApiClient {
             .request(Method::GET, &format!("v1/tasks/{id}/logs"))?
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .query(&pairs);
-        let response = self.send(request).await?;
-        let shown = self.shown.clone();
+        let (response, shown) = self.send(request).await?;
         let events = response
             .bytes_stream()
             .eventsource()
@@ -426,11 +428,17 @@ impl ApiClient {
         Ok(events)
     }
 
+    /// A request to `path` under the API root of the master that answered
+    /// last; [`Self::dispatch`] moves it to another master if need be.
     fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, ClientError> {
-        let url = self.base.join(path).map_err(|e| ClientError::InvalidUrl {
-            url: format!("{}/{path}", self.shown),
-            reason: e.to_string(),
-        })?;
+        let master = self.current();
+        let url = master
+            .base
+            .join(path)
+            .map_err(|e| ClientError::InvalidUrl {
+                url: format!("{}/{path}", master.shown),
+                reason: e.to_string(),
+            })?;
         let request = self.http.request(method, url);
         Ok(match &self.token {
             Some(token) => request.bearer_auth(token),
@@ -438,14 +446,12 @@ impl ApiClient {
         })
     }
 
-    /// Sends the request; a non-success answer becomes the error it explains.
-    async fn send(&self, request: RequestBuilder) -> Result<Response, ClientError> {
-        let response = request
-            .send()
-            .await
-            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+    /// Sends the request; a non-success answer becomes the error it
+    /// explains. Returns the answer and the master that gave it.
+    async fn send(&self, request: RequestBuilder) -> Result<(Response, String), ClientError> {
+        let (response, shown) = self.dispatch(request).await?;
         if response.status().is_success() {
-            return Ok(response);
+            return Ok((response, shown));
         }
         let status = response.status().as_u16();
         let body = response.text().await.unwrap_or_default();
@@ -456,22 +462,163 @@ impl ApiClient {
         ))
     }
 
+    /// Sends the request to the master that answered last, then to the
+    /// others in `api.url`'s order while one cannot be reached or is a
+    /// standby without a leader; follows a standby's redirect to the
+    /// leader. Returns the first real answer (any status), else the last
+    /// standby's 503, else why the last master could not be reached.
+    async fn dispatch(&self, request: RequestBuilder) -> Result<(Response, String), ClientError> {
+        let request = request
+            .build()
+            .map_err(|e| ClientError::Setup(e.to_string()))?;
+        let n = self.masters.len();
+        let first = failover::master_of(request.url(), &self.masters).unwrap_or(0);
+        let mut standby_answer = None;
+        let mut unreached = None;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let mut attempt = copy(&request)?;
+            if let Some(url) = failover::rebase(request.url(), &self.masters, i) {
+                *attempt.url_mut() = url;
+            }
+            match self.follow(attempt, &self.masters[i].shown).await {
+                Err(e @ ClientError::Unreachable { .. }) if n > 1 => {
+                    tracing::debug!(url = %self.masters[i].shown, error = %e, "trying the next master");
+                    unreached = Some(e);
+                }
+                Err(e) => return Err(e),
+                Ok((response, shown, Verdict::TryNext)) if k + 1 < n => {
+                    tracing::debug!(url = %shown, "a standby with no leader; trying the next master");
+                    standby_answer = Some((response, shown));
+                }
+                Ok((response, shown, _)) => {
+                    self.remember(&response);
+                    return Ok((response, shown));
+                }
+            }
+        }
+        match (standby_answer, unreached) {
+            (Some(answer), _) => Ok(answer),
+            (None, Some(e)) => Err(self.none_reachable(e)),
+            (None, None) => unreachable!("every pass of the loop returns or keeps an outcome"),
+        }
+    }
+
+    /// Sends `request`, following redirects to the leader (same method,
+    /// body and token) at most [`failover::MAX_REDIRECTS`] times. Returns
+    /// the last answer, the master that gave it, and what it means.
+    async fn follow(
+        &self,
+        mut request: Request,
+        shown: &str,
+    ) -> Result<(Response, String, Verdict), ClientError> {
+        let mut shown = shown.to_string();
+        for _ in 0..=failover::MAX_REDIRECTS {
+            let again = copy(&request)?;
+            let sent = self.http.execute(request);
+            let response = if self.masters.len() > 1 {
+                // A master that accepts connections but does not answer
+                // (paused, stalled) must not hold the others back.
+                tokio::time::timeout(failover::ANSWER_TIMEOUT, sent)
+                    .await
+                    .map_err(|_| ClientError::Unreachable {
+                        url: shown.clone(),
+                        reason: format!("no answer within {:?}", failover::ANSWER_TIMEOUT),
+                    })?
+            } else {
+                sent.await
+            }
+            .map_err(|e| ClientError::transport(&shown, &e))?;
+            let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+            let verdict = failover::verdict(
+                response.status().as_u16(),
+                header(failover::SERVED_BY),
+                header(reqwest::header::LOCATION.as_str()),
+            );
+            let Verdict::Redirect(location) = &verdict else {
+                return Ok((response, shown, verdict));
+            };
+            let target = response
+                .url()
+                .join(location)
+                .map_err(|e| ClientError::Unexpected {
+                    what: format!("the redirect of {shown}"),
+                    reason: format!("Location {location:?}: {e}"),
+                })?;
+            let to = failover::shown_for(&target, &self.masters);
+            tracing::debug!(from = %shown, to = %to, "a standby sent the request on to the leader");
+            (request, shown) = (again, to);
+            *request.url_mut() = target;
+        }
+        Err(ClientError::Redirects {
+            url: shown,
+            hops: failover::MAX_REDIRECTS,
+        })
+    }
+
+    /// Remembers the master that answered, when it is one of `api.url`'s.
+    fn remember(&self, response: &Response) {
+        if let Some(i) = failover::master_of(response.url(), &self.masters) {
+            self.answered.store(i, Ordering::Relaxed);
+        }
+    }
+
+    /// Tells the operator, once a command, that a read it is shown came
+    /// from a standby (health reports say who they come from themselves).
+    fn note_standby(&self, response: &Response, shown: &str) {
+        let served_by = response
+            .headers()
+            .get(failover::SERVED_BY)
+            .and_then(|v| v.to_str().ok());
+        if failover::served_by_standby(response.status().as_u16(), served_by)
+            && !self.told_standby.swap(true, Ordering::Relaxed)
+        {
+            eprintln!("note: served by a standby master at {shown}, not the leader");
+        }
+    }
+
+    /// The error when no master of several could be reached: every URL tried.
+    fn none_reachable(&self, last: ClientError) -> ClientError {
+        match last {
+            ClientError::Unreachable { reason, .. } => ClientError::Unreachable {
+                url: self
+                    .masters
+                    .iter()
+                    .map(|m| m.shown.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                reason,
+            },
+            other => other,
+        }
+    }
+
     /// Sends the request and reads the JSON answer; `what` names the call in errors.
     async fn call<T: DeserializeOwned>(
         &self,
         request: RequestBuilder,
         what: &str,
     ) -> Result<T, ClientError> {
-        let response = self.send(request.timeout(REQUEST_TIMEOUT)).await?;
+        let (response, shown) = self.send(request.timeout(REQUEST_TIMEOUT)).await?;
+        self.note_standby(&response, &shown);
         let body = response
             .bytes()
             .await
-            .map_err(|e| ClientError::transport(&self.shown, &e))?;
+            .map_err(|e| ClientError::transport(&shown, &e))?;
         serde_json::from_slice(&body).map_err(|e| ClientError::Unexpected {
             what: what.to_string(),
             reason: e.to_string(),
         })
     }
+}
+
+/// A copy of `request` to send again (to another master, or where a
+/// standby redirected it). Every request of this client has a body in
+/// memory (JSON), which copies.
+fn copy(request: &Request) -> Result<Request, ClientError> {
+    request.try_clone().ok_or_else(|| {
+        ClientError::Setup("a request with a streaming body cannot be resent".into())
+    })
 }
 
 #[cfg(test)]

@@ -70,6 +70,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tasks(args) => commands::tasks::run(&client()?, args).await?,
         Command::Task(args) => commands::task::run(&client()?, args).await?,
         Command::Hosts(args) => commands::hosts::run(&client()?, args).await?,
+        Command::Health(args) => commands::health::run(&client()?, args).await?,
         Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
         Command::Logs(args) => commands::logs::run(&client()?, args).await?,
         Command::Sweep(args) => commands::sweep::run(&client()?, args).await?,

@@ -32,6 +32,9 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         reserve_after: s.master.reserve_after,
         unpinned_version: s.master.unpinned_version,
         tls: crate::tls::master(s)?,
+        leader_ttl: s.master.leader_ttl,
+        advertise_hosts: s.master.advertise_hosts.clone(),
+        advertise_api: s.master.advertise_api.clone(),
     })
 }
 
@@ -75,6 +78,9 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
 }
 
 pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
+    // Read again when the host starts; checked here so a bad list stops
+    // `trainyard host` before anything else is set up.
+    trainyard_host::masters::MasterAddrs::parse(&s.host.master)?;
     let mut config = attempt_config(s, secrets::cluster_secret(&s.cluster, false)?)?;
     config.tls = crate::tls::host(s)?;
     Ok(config)
@@ -189,15 +195,38 @@ pub async fn run_master(s: &Settings) -> anyhow::Result<()> {
     raise_open_file_limit();
     crate::data_dir::make_private(s)?;
     let config = master_config(s)?;
-    let mut master = trainyard_master::start(config).await?;
-    tokio::select! {
-        _ = terminated() => {}
-        // It stops by itself only when another master took its lock.
-        _ = master.wait() => anyhow::bail!("the master stopped: it lost its lock on the database"),
+    let terminating = terminated();
+    tokio::pin!(terminating);
+    // On PostgreSQL a master that lost the lead stands by again (retrying
+    // while the database is out of reach); on SQLite it cannot lose its
+    // lock. A first start that fails stops the process with the reason.
+    let mut stepped_down = false;
+    loop {
+        let started = tokio::select! {
+            _ = &mut terminating => return Ok(()),
+            started = trainyard_master::start(config.clone()) => started,
+        };
+        let mut master = match started {
+            Ok(master) => master,
+            Err(e) if stepped_down => {
+                tracing::warn!(error = %e, "cannot stand by yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tokio::select! {
+            _ = &mut terminating => {
+                tracing::info!("stopping the master");
+                master.stop().await;
+                return Ok(());
+            }
+            _ = master.wait() => {
+                tracing::warn!("this master stepped down; standing by");
+                stepped_down = true;
+            }
+        }
     }
-    tracing::info!("stopping the master");
-    master.stop().await;
-    Ok(())
 }
 
 pub async fn run_host(s: &Settings) -> anyhow::Result<()> {
@@ -210,4 +239,17 @@ pub async fn run_host(s: &Settings) -> anyhow::Result<()> {
     tracing::info!("stopping the host: stopping running attempts and reporting them");
     host.shutdown(grace).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_list_with_an_empty_entry_stops_the_host_with_the_reason() {
+        let mut s = Settings::default();
+        s.host.master = "10.0.0.1:7700,,10.0.0.2:7700".into();
+        let e = host_config(&s).unwrap_err().to_string();
+        assert!(e.contains("address 2 of the list is empty"), "{e}");
+    }
 }

@@ -104,6 +104,14 @@ pub struct MasterSection {
     pub reserve_after: Duration,
     /// `fleet` or `host`: see [`trainyard_master::placement::VersionChoice`].
     pub unpinned_version: trainyard_master::placement::VersionChoice,
+    /// PostgreSQL with standby masters: how long a leader that stopped
+    /// answering keeps the lead.
+    #[serde(with = "humantime_serde")]
+    pub leader_ttl: Duration,
+    /// The host address other masters send hosts to while this one leads.
+    pub advertise_hosts: Option<String>,
+    /// The API URL other masters send the CLI to while this one leads.
+    pub advertise_api: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -253,6 +261,9 @@ impl Default for MasterSection {
             known_adapters: vec![],
             max_batch: 4096,
             reserve_after: trainyard_master::config::DEFAULT_RESERVE_AFTER,
+            leader_ttl: trainyard_master::leadership::DEFAULT_LEADER_TTL,
+            advertise_hosts: None,
+            advertise_api: None,
             unpinned_version: Default::default(),
         }
     }
@@ -520,6 +531,30 @@ mod tests {
             Origin::File(f.path().to_path_buf())
         );
         assert_eq!(source.origin("host.work_dir"), Origin::Default);
+    }
+
+    #[test]
+    fn several_masters_are_one_comma_separated_text_in_the_file_and_the_environment() {
+        let f = with_file(
+            "[host]\nmaster = \"10.0.0.1:7700, 10.0.0.2:7700\"\n\
+             [api]\nurl = \"http://10.0.0.1:7701,http://10.0.0.2:7701\"\n",
+        );
+        let (s, _) = load(f.path(), serde_json::json!({})).unwrap();
+        let masters = trainyard_host::masters::MasterAddrs::parse(&s.host.master).unwrap();
+        assert_eq!(masters.as_slice(), ["10.0.0.1:7700", "10.0.0.2:7700"]);
+        assert_eq!(s.api.url, "http://10.0.0.1:7701,http://10.0.0.2:7701");
+        let (s, source) = Settings::load_from(Inputs {
+            file: Some(f.path().to_path_buf()),
+            env: vec![("TRAINYARD_HOST__MASTER".into(), "m1:7700,m2:7700".into())],
+            ..Inputs::default()
+        })
+        .unwrap();
+        let masters = trainyard_host::masters::MasterAddrs::parse(&s.host.master).unwrap();
+        assert_eq!(masters.as_slice(), ["m1:7700", "m2:7700"]);
+        assert_eq!(
+            source.origin("host.master"),
+            Origin::Environment("TRAINYARD_HOST__MASTER".into())
+        );
     }
 
     #[test]

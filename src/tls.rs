@@ -82,13 +82,16 @@ pub fn host(s: &Settings) -> Result<Option<HostTls>, TlsSettingsError> {
     }))
 }
 
-/// The CLI's TLS to the API: by the scheme of `api.url`.
+/// The CLI's TLS to the API: by the scheme of `api.url` (of any of its
+/// URLs, when it names several masters).
 pub fn api_client(s: &Settings) -> Result<Option<ClientTls>, TlsSettingsError> {
-    let url = s.api.url.trim();
-    if !url.starts_with("https://") {
-        if s.tls.enabled && url.starts_with("http://") {
-            return Err(TlsSettingsError::PlainUrl(url.to_string()));
+    let urls: Vec<&str> = s.api.url.split(',').map(str::trim).collect();
+    if s.tls.enabled {
+        if let Some(plain) = urls.iter().find(|u| u.starts_with("http://")) {
+            return Err(TlsSettingsError::PlainUrl(plain.to_string()));
         }
+    }
+    if !urls.iter().any(|u| u.starts_with("https://")) {
         return Ok(None);
     }
     Ok(Some(ClientTls {
@@ -170,6 +173,13 @@ mod tests {
         s.tls.ca = Some("ca.pem".into());
         assert!(matches!(api_client(&s), Err(TlsSettingsError::PlainUrl(_))));
         s.api.url = "https://master.internal:7701".into();
+        assert!(api_client(&s).unwrap().is_some());
+        s.api.url = "https://m1.internal:7701, http://m2.internal:7701".into();
+        assert_eq!(
+            api_client(&s).unwrap_err(),
+            TlsSettingsError::PlainUrl("http://m2.internal:7701".into())
+        );
+        s.api.url = "https://m1.internal:7701, https://m2.internal:7701".into();
         assert!(api_client(&s).unwrap().is_some());
         s.tls.enabled = false;
         assert!(

@@ -12,6 +12,10 @@
 //!   disruption explains two attempts of one task;
 //! - no two attempts of a task ever ran at the same time.
 //!
+//! On PostgreSQL a standby master runs beside the cluster's own, and the
+//! schedule kills or freezes whichever master leads, rather than restarting
+//! the one master: a standby takes over, and the same rules hold.
+//!
 //! `TRAINYARD_CHAOS_SEED` replays a schedule (the seed is printed);
 //! `TRAINYARD_CHAOS_SECS` makes the chaos last longer (default 45 s per
 //! database).
@@ -24,7 +28,7 @@ mod common;
 
 use common::{
     assert_attempts_never_overlapped, now_ms, read_trace, serial, test_timers, traced, Setup,
-    TestCluster,
+    Standbys, TestCluster,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -82,6 +86,11 @@ struct Disruption {
 #[derive(Clone, Debug, PartialEq)]
 enum Kind {
     MasterDown,
+    /// The leading master killed (a standby takes over; it comes back as
+    /// a standby).
+    LeaderDown,
+    /// The leading master frozen, sometimes past its leader lease.
+    LeaderFrozen,
     HostDown(String),
     HostFrozen(String),
     RedisEmptied,
@@ -108,7 +117,9 @@ impl Disruption {
             Kind::HostFrozen(host) => *host == attempt.host && self.lasted() >= costly_stall(),
             // A master that is back within the budget costs running attempts
             // nothing, but a dispatch it had committed and not sent is lost.
-            Kind::MasterDown => undelivered || self.lasted() >= costly_stall(),
+            Kind::MasterDown | Kind::LeaderDown | Kind::LeaderFrozen => {
+                undelivered || self.lasted() >= costly_stall()
+            }
             // Hosts rebuild their leases; only a dispatch taken while Redis
             // was away is lost.
             Kind::RedisEmptied => undelivered,
@@ -156,9 +167,50 @@ async fn submit_wave(c: &TestCluster, wave: usize, seed: u64) -> Vec<(u64, Strin
     out
 }
 
+/// The leader lease of the masters on PostgreSQL.
+const LEADER_TTL: Duration = Duration::from_secs(3);
+
+/// The process of master `i` (0: the cluster's own).
+fn master_process<'a>(
+    c: &'a mut TestCluster,
+    standbys: &'a mut Standbys,
+    i: usize,
+) -> &'a mut trainyard::cluster::Process {
+    match i {
+        0 => c.master(),
+        i => &mut standbys.processes[i - 1],
+    }
+}
+
+/// Kills or freezes whichever master leads; `None` if none was found
+/// leading.
+async fn disrupt_leader(
+    c: &mut TestCluster,
+    standbys: &mut Standbys,
+    rng: &mut StdRng,
+    kill: bool,
+) -> Option<Kind> {
+    let leader = standbys.leader(Duration::from_secs(10)).await?;
+    let process = master_process(c, standbys, leader);
+    if kill {
+        process.kill();
+        sleep_ms(rng, 100, 1500).await;
+        process.restart().unwrap();
+        Some(Kind::LeaderDown)
+    } else {
+        // Sometimes past the leader lease, sometimes not.
+        let frozen = rng.random_range(300..(LEADER_TTL.as_millis() as u64) * 4 / 3);
+        process.pause();
+        tokio::time::sleep(Duration::from_millis(frozen)).await;
+        process.resume();
+        Some(Kind::LeaderFrozen)
+    }
+}
+
 /// Runs the seeded schedule for the chaos duration; returns what it did.
 async fn run_schedule(
     c: &mut TestCluster,
+    standbys: &mut Option<Standbys>,
     rng: &mut StdRng,
     seed: u64,
     tasks: &mut Vec<(u64, String)>,
@@ -172,27 +224,31 @@ async fn run_schedule(
         sleep_ms(rng, 300, 2000).await;
         let host = format!("host-{}", rng.random_range(1..=HOSTS));
         let from_ms = now_ms();
-        let kind = match rng.random_range(0..10) {
-            0 | 1 => {
+        let kind = match (rng.random_range(0..10), standbys.as_mut()) {
+            (n @ (0 | 1), Some(standbys)) => match disrupt_leader(c, standbys, rng, n == 0).await {
+                Some(kind) => kind,
+                None => continue,
+            },
+            (0 | 1, None) => {
                 c.master().kill();
                 sleep_ms(rng, 100, 1500).await;
                 c.start_master().await;
                 Kind::MasterDown
             }
-            2..=4 => {
+            (2..=4, _) => {
                 c.host(&host).kill();
                 sleep_ms(rng, 100, 2000).await;
                 c.host(&host).restart().unwrap();
                 Kind::HostDown(host)
             }
-            5 | 6 => {
+            (5 | 6, _) => {
                 let frozen = rng.random_range(300..longest_freeze);
                 c.host(&host).pause();
                 tokio::time::sleep(Duration::from_millis(frozen)).await;
                 c.host(&host).resume();
                 Kind::HostFrozen(host)
             }
-            7 => {
+            (7, _) => {
                 c.redis.restart_empty();
                 Kind::RedisEmptied
             }
@@ -309,10 +365,20 @@ async fn chaos(backend: &'static str) {
     let mut setup = Setup::new(backend);
     setup.slots = 2;
     setup.adapters = vec![("test-trainer", vec!["python3"])];
-    let mut c = TestCluster::start(setup, HOSTS).await;
+    let mut c = TestCluster::prepare(setup).await;
+    let mut standbys = (backend == "postgres").then(|| c.plan_standbys(1, LEADER_TTL));
+    c.start_master().await;
+    if let Some(standbys) = &mut standbys {
+        let url = c.cluster.settings.database_url.clone();
+        c.start_standbys(standbys, &url).await;
+    }
+    for i in 1..=HOSTS {
+        c.start_host(&format!("host-{i}"));
+    }
+    c.wait_for_hosts(HOSTS).await;
 
     let mut tasks = submit_wave(&c, 0, seed).await;
-    let chaos = run_schedule(&mut c, &mut rng, seed, &mut tasks).await;
+    let chaos = run_schedule(&mut c, &mut standbys, &mut rng, seed, &mut tasks).await;
     let actions: Vec<String> = chaos
         .iter()
         .map(|d| format!("{:?} {} ms", d.kind, d.lasted().as_millis()))
@@ -327,8 +393,15 @@ async fn chaos(backend: &'static str) {
             h.restart().unwrap();
         }
     }
+    c.master().resume();
     if !c.master().running() {
         c.start_master().await;
+    }
+    for standby in standbys.iter_mut().flat_map(|s| s.processes.iter_mut()) {
+        standby.resume();
+        if !standby.running() {
+            standby.restart().unwrap();
+        }
     }
     let (mut lost, mut failed) = (0, 0);
     for (id, trace) in &tasks {

@@ -1,6 +1,6 @@
-//! One of each, through real processes: one master per database (a second
-//! refuses to start, whatever its key prefix, and a master killed with
-//! SIGKILL does not block its successor), one connection per host id (a
+//! One of each, through real processes: one master per SQLite database (a
+//! second refuses to start, whatever its key prefix, and a master killed
+//! with SIGKILL does not block its successor; on PostgreSQL it stands by), one connection per host id (a
 //! twin is refused while the host lives; a host that restarted while its
 //! old connection looked alive gets back in), and a host that could run
 //! out of adapter instances refuses to start.
@@ -60,9 +60,25 @@ async fn a_second_master_on_one_database_refuses_to_start_on_sqlite() {
     a_second_master_on_one_database_refuses_to_start("sqlite").await;
 }
 
+/// On PostgreSQL a second master stands by instead (tests/ha.rs has the
+/// failovers), whatever its key prefix, and leads once the first is gone.
 #[tokio::test]
-async fn a_second_master_on_one_database_refuses_to_start_on_postgres() {
-    a_second_master_on_one_database_refuses_to_start("postgres").await;
+async fn a_second_master_on_one_database_stands_by_on_postgres() {
+    let _serial = serial();
+    let mut c = TestCluster::start(Setup::new("postgres"), 1).await;
+    let config = c.config_variant("second-master.toml", second_master);
+    let second = c.spawn_with_config("second-master", &config, &["master"]);
+    logged(&second, "standing by: another master leads", WAIT).await;
+    let id = c.submit(json!({"adapter": "noop", "params": {}})).await;
+    c.wait_for_status(id, TaskStatus::Completed, WAIT).await;
+    assert!(
+        !second.log_text().contains("this master leads"),
+        "{}",
+        second.log_text()
+    );
+
+    c.master().kill();
+    logged(&second, "this master leads", WAIT).await;
 }
 
 #[tokio::test]

@@ -38,7 +38,9 @@ pub enum OnAdapterError {
 #[derive(Clone, Debug)]
 pub struct HostConfig {
     pub id: HostId,
-    /// `host:port` of the master's host listener.
+    /// `host:port` of the master's host listener, or of several masters
+    /// (one leads, the others stand by), comma separated: see
+    /// [`crate::masters`], which reads it when the host starts.
     pub master: String,
     pub slots: u32,
     /// CPUs, memory and GPUs offered to tasks.
@@ -97,8 +99,8 @@ pub struct HostTls {
     /// The CA to check the master's certificate against (or none, for
     /// tests), and this host's own certificate for mutual TLS.
     pub client: trainyard_proto::tls::ClientTls,
-    /// The name the master's certificate must carry; the host part of
-    /// `master` when unset.
+    /// The name every master's certificate must carry; when unset, the
+    /// host part of the address being dialled.
     pub server_name: Option<String>,
 }
 

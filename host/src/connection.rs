@@ -1,11 +1,14 @@
 //! The host's connection to the master: connect, handshake, carry messages,
-//! and on any failure wait out the backoff and start over — with state built
-//! fresh for every connection (codec, outbox, session id), so nothing of a
-//! dead connection leaks into the next.
+//! and on any failure try the next configured master, or wait out the
+//! backoff and start over — with state built fresh for every connection
+//! (codec, outbox, session id), so nothing of a dead connection leaks into
+//! the next. Which address is dialled when is [`crate::masters`]'s choice; a
+//! standby master answers with `Standby` in place of the challenge.
 //!
 //! The backoff resets only once the master has welcomed the host and proved
 //! it knows the cluster secret; a master that accepts TCP connections but is
-//! not ready (or an impostor) leaves the delay growing.
+//! not ready (or an impostor) leaves the delay growing. It is slept only
+//! once every configured master has been tried.
 //!
 //! Over TLS the host checks the master's certificate first, and both proofs
 //! of the handshake are bound to the TLS session (its exporter value), so a
@@ -14,6 +17,7 @@
 use crate::agent::{AgentHandle, Event};
 use crate::backoff::Backoff;
 use crate::logs::{LogBook, SHIP_EVERY};
+use crate::masters::{MasterAddrs, MasterChoice, Outcome, Step};
 use crate::renewer::Contact;
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
@@ -29,7 +33,7 @@ use trainyard_proto::frame::MessageCodec;
 use trainyard_proto::messages::{Hello, HostMessage, MasterMessage};
 use trainyard_proto::resources::HostCapacity;
 use trainyard_proto::tls::rustls::pki_types::ServerName;
-use trainyard_proto::tls::{channel_binding, client, TlsConnector};
+use trainyard_proto::tls::{channel_binding, client, server_name_of, TlsConnector, TlsError};
 use trainyard_proto::{HostId, Timers, PROTOCOL_VERSION};
 
 type MasterStream = Either<TcpStream, client::TlsStream<TcpStream>>;
@@ -39,14 +43,26 @@ type MasterFrames = Framed<MasterStream, MessageCodec<MasterMessage, HostMessage
 #[derive(Clone)]
 pub struct MasterTls {
     pub connector: TlsConnector,
-    /// The name the master's certificate must carry.
-    pub server_name: ServerName<'static>,
+    /// The name every master's certificate must carry (`tls.server_name`);
+    /// when unset, the host part of the address being dialled.
+    pub server_name: Option<ServerName<'static>>,
+}
+
+impl MasterTls {
+    /// The name the certificate of the master at `addr` must carry.
+    pub fn server_name_for(&self, addr: &str) -> Result<ServerName<'static>, TlsError> {
+        match &self.server_name {
+            Some(name) => Ok(name.clone()),
+            None => server_name_of(addr),
+        }
+    }
 }
 
 /// What the connection loop needs.
 pub struct ConnectionConfig {
     pub host: HostId,
-    pub master: String,
+    /// The masters to dial, in order (`host.master`).
+    pub masters: MasterAddrs,
     pub slots: u32,
     pub capacity: HostCapacity,
     pub secret: ClusterSecret,
@@ -90,6 +106,29 @@ enum HandshakeError {
     Protocol(String),
     #[error("handshake timed out")]
     Timeout,
+    /// Not an error of the master's: it is a standby, and names the leader
+    /// when one leads.
+    #[error("the master is a standby")]
+    Standby { leader: Option<String> },
+}
+
+/// How one try at a master ended, owning what [`Outcome`] borrows.
+enum Ended {
+    Failed,
+    Standby(Option<String>),
+    Lost,
+}
+
+impl Ended {
+    fn outcome(&self) -> Outcome<'_> {
+        match self {
+            Ended::Failed => Outcome::Failed,
+            Ended::Standby(leader) => Outcome::Standby {
+                leader: leader.as_deref(),
+            },
+            Ended::Lost => Outcome::Lost,
+        }
+    }
 }
 
 /// Keeps the host connected until the process ends.
@@ -101,6 +140,7 @@ pub async fn run(
 ) {
     let t = &config.timers;
     let mut backoff = Backoff::new(t.reconnect_initial, t.reconnect_max, t.reconnect_jitter);
+    let mut choice = MasterChoice::new(config.masters.clone());
     let mut session: u64 = 0;
     let notify = |e: ConnectionEvent| {
         if let Some(o) = &observer {
@@ -109,65 +149,81 @@ pub async fn run(
     };
     loop {
         session += 1;
+        let master = choice.current().to_string();
         notify(ConnectionEvent::Connecting { at: Instant::now() });
-        tracing::debug!(master = %config.master, session, "connecting to the master");
-        match tokio::time::timeout(t.handshake_timeout, handshake(&config, &agent)).await {
-            Ok(Ok(frames)) => {
-                backoff.reset();
-                contact.heard();
-                notify(ConnectionEvent::Connected { at: Instant::now() });
-                tracing::info!(master = %config.master, "connected to the master");
-                serve(frames, session, &config, &agent, &contact).await;
-                tracing::warn!(master = %config.master, "connection to the master lost");
+        tracing::debug!(%master, session, "connecting to the master");
+        let ended =
+            match tokio::time::timeout(t.handshake_timeout, handshake(&config, &agent, &master))
+                .await
+            {
+                Ok(Ok(frames)) => {
+                    backoff.reset();
+                    contact.heard();
+                    notify(ConnectionEvent::Connected { at: Instant::now() });
+                    tracing::info!(%master, "connected to the master");
+                    serve(frames, session, &config, &agent, &contact).await;
+                    tracing::warn!(%master, "connection to the master lost");
+                    Ended::Lost
+                }
+                Ok(Err(e)) => failed(&master, e),
+                Err(_) => failed(&master, HandshakeError::Timeout),
+            };
+        notify(ConnectionEvent::Lost { at: Instant::now() });
+        match choice.after(ended.outcome()) {
+            Step::Now => {
+                tracing::debug!(master = choice.current(), "trying the next master");
             }
-            Ok(Err(HandshakeError::Refused(reason))) => {
-                tracing::error!(master = %config.master, %reason, "the master refused this host");
-            }
-            Ok(Err(e @ (HandshakeError::Tls(_) | HandshakeError::CertificateRefused(_)))) => {
-                tracing::error!(master = %config.master, error = %e, "could not connect to the master over TLS")
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(master = %config.master, error = %e, "could not connect to the master")
-            }
-            Err(_) => {
-                tracing::warn!(master = %config.master, error = %HandshakeError::Timeout, "could not connect to the master")
+            Step::Backoff => {
+                let delay = backoff.next_delay(&mut rand::rng());
+                tracing::info!(
+                    delay_ms = delay.as_millis() as u64,
+                    master = choice.current(),
+                    "reconnecting after backoff"
+                );
+                tokio::time::sleep(delay).await;
             }
         }
-        notify(ConnectionEvent::Lost { at: Instant::now() });
-        let delay = backoff.next_delay(&mut rand::rng());
-        tracing::info!(
-            delay_ms = delay.as_millis() as u64,
-            "reconnecting after backoff"
-        );
-        tokio::time::sleep(delay).await;
     }
 }
 
+/// Logs why a try at `master` ended without a welcome.
+fn failed(master: &str, e: HandshakeError) -> Ended {
+    match e {
+        HandshakeError::Standby { leader } => {
+            match &leader {
+                Some(leader) => {
+                    tracing::info!(master, %leader, "this master is a standby; it names the leader")
+                }
+                None => tracing::warn!(master, "this master is a standby and no master leads"),
+            }
+            return Ended::Standby(leader);
+        }
+        HandshakeError::Refused(reason) => {
+            tracing::error!(master, %reason, "the master refused this host");
+        }
+        e @ (HandshakeError::Tls(_) | HandshakeError::CertificateRefused(_)) => {
+            tracing::error!(master, error = %e, "could not connect to the master over TLS")
+        }
+        e => tracing::warn!(master, error = %e, "could not connect to the master"),
+    }
+    Ended::Failed
+}
+
+/// Connects to the master at `master` and completes the handshake.
 async fn handshake(
     config: &ConnectionConfig,
     agent: &AgentHandle,
+    master: &str,
 ) -> Result<MasterFrames, HandshakeError> {
-    let stream = TcpStream::connect(&config.master)
-        .await
-        .map_err(HandshakeError::Connect)?;
-    let _ = stream.set_nodelay(true);
-    let (stream, channel) = match &config.tls {
-        None => (Either::Left(stream), Vec::new()),
-        Some(tls) => {
-            let stream = tls
-                .connector
-                .connect(tls.server_name.clone(), stream)
-                .await
-                .map_err(HandshakeError::Tls)?;
-            let channel = channel_binding(stream.get_ref().1)
-                .map_err(|e| HandshakeError::Tls(std::io::Error::other(e)))?;
-            (Either::Right(stream), channel)
-        }
-    };
+    let (stream, channel) = open(config, master).await?;
     let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
     let challenge = match frames.next().await {
         Some(Ok(MasterMessage::Challenge(c))) => c,
         Some(Ok(MasterMessage::Refused { reason })) => return Err(HandshakeError::Refused(reason)),
+        // A standby sends this in place of the challenge, then closes.
+        Some(Ok(MasterMessage::Standby { leader })) => {
+            return Err(HandshakeError::Standby { leader })
+        }
         Some(Ok(other)) => {
             return Err(HandshakeError::Protocol(format!(
                 "expected a challenge, got {}",
@@ -248,6 +304,33 @@ async fn handshake(
             "the master closed the connection during the handshake".into(),
         )),
     }
+}
+
+/// A TCP connection to `master`, over TLS when configured (checking the
+/// certificate for the name of this address), with the TLS session's
+/// channel binding (empty over plain TCP).
+async fn open(
+    config: &ConnectionConfig,
+    master: &str,
+) -> Result<(MasterStream, Vec<u8>), HandshakeError> {
+    let stream = TcpStream::connect(master)
+        .await
+        .map_err(HandshakeError::Connect)?;
+    let _ = stream.set_nodelay(true);
+    let Some(tls) = &config.tls else {
+        return Ok((Either::Left(stream), Vec::new()));
+    };
+    let name = tls
+        .server_name_for(master)
+        .map_err(|e| HandshakeError::Tls(std::io::Error::other(e)))?;
+    let stream = tls
+        .connector
+        .connect(name, stream)
+        .await
+        .map_err(HandshakeError::Tls)?;
+    let channel = channel_binding(stream.get_ref().1)
+        .map_err(|e| HandshakeError::Tls(std::io::Error::other(e)))?;
+    Ok((Either::Right(stream), channel))
 }
 
 /// Whether a read failed because the master's TLS layer sent an alert
@@ -369,5 +452,106 @@ fn humanize(d: Duration) -> String {
         format!("{} s", d.as_secs())
     } else {
         format!("{} ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tokio::net::TcpListener;
+
+    /// A listener that records which addresses were dialled, in order; a
+    /// standby's sends `Standby { leader }` first, the others just hold the
+    /// connection.
+    async fn listener(
+        name: &'static str,
+        standby: Option<Option<String>>,
+        seen: Arc<Mutex<Vec<&'static str>>>,
+    ) -> (String, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let mut held = vec![];
+            while let Ok((socket, _)) = listener.accept().await {
+                seen.lock().unwrap().push(name);
+                let mut frames = Framed::new(
+                    socket,
+                    MessageCodec::<HostMessage, MasterMessage>::new(1 << 20),
+                );
+                if let Some(leader) = &standby {
+                    let _ = frames
+                        .send(MasterMessage::Standby {
+                            leader: leader.clone(),
+                        })
+                        .await;
+                } else {
+                    held.push(frames);
+                }
+            }
+        });
+        (addr, task)
+    }
+
+    fn config(masters: &str) -> ConnectionConfig {
+        let timers = Timers {
+            // A backoff would outlast the test: every hop below is immediate.
+            reconnect_initial: Duration::from_secs(3600),
+            reconnect_max: Duration::from_secs(3600),
+            ..Timers::default()
+        };
+        ConnectionConfig {
+            host: HostId::new("h1".to_string()).unwrap(),
+            masters: MasterAddrs::parse(masters).unwrap(),
+            slots: 1,
+            capacity: HostCapacity::default(),
+            secret: ClusterSecret::new(ClusterSecret::generate_hex()).unwrap(),
+            timers,
+            max_frame: 1 << 20,
+            tls: None,
+            containment: vec![],
+            logs: Arc::new(LogBook::default()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_standbys_hint_is_dialled_next_skipping_the_addresses_between() {
+        let seen = Arc::new(Mutex::new(vec![]));
+        let (leader, _l) = listener("leader", None, seen.clone()).await;
+        let (other, _o) = listener("other", None, seen.clone()).await;
+        let (standby, _s) = listener("standby", Some(Some(leader.clone())), seen.clone()).await;
+        let (tx, _rx) = mpsc::channel(8);
+        let host = tokio::spawn(run(
+            config(&format!("{standby}, {other}, {leader}")),
+            AgentHandle { tx },
+            Arc::new(Contact::new()),
+            None,
+        ));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        host.abort();
+        assert_eq!(*seen.lock().unwrap(), ["standby", "leader"]);
+    }
+
+    #[tokio::test]
+    async fn a_standby_without_a_leader_sends_the_host_to_the_next_address() {
+        let seen = Arc::new(Mutex::new(vec![]));
+        let (next, _n) = listener("next", None, seen.clone()).await;
+        let (standby, _s) = listener("standby", Some(None), seen.clone()).await;
+        let (tx, _rx) = mpsc::channel(8);
+        let host = tokio::spawn(run(
+            config(&format!("{standby},{next}")),
+            AgentHandle { tx },
+            Arc::new(Contact::new()),
+            None,
+        ));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        host.abort();
+        assert_eq!(*seen.lock().unwrap(), ["standby", "next"]);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! - [`config`]: the host's settings.
-//! - [`connection`]: connect, handshake, backoff ([`backoff`]).
+//! - [`connection`]: connect, handshake, backoff ([`backoff`]); which of
+//!   the configured masters to dial ([`masters`]).
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
 //! - [`carried`]: the adapters carried, by name and version.
 //! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
@@ -38,6 +39,7 @@ pub mod containment;
 pub mod lease;
 pub mod local;
 pub mod logs;
+pub mod masters;
 pub mod metrics;
 pub mod plan;
 pub mod process;
@@ -74,6 +76,8 @@ pub enum HostError {
     RedisUrl(redis::RedisError),
     #[error("TLS: {0}")]
     Tls(#[from] trainyard_proto::tls::TlsError),
+    #[error(transparent)]
+    Masters(#[from] masters::MasterListError),
     #[error("cannot create the work directory {path}: {source}")]
     WorkDir {
         path: String,
@@ -245,6 +249,7 @@ pub async fn start(
         .resources
         .validate()
         .map_err(|e| HostError::Resources(e.to_string()))?;
+    let masters = masters::MasterAddrs::parse(&config.master)?;
     check_supervisor(&config)?;
     workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
         path: config.work_dir.display().to_string(),
@@ -253,7 +258,7 @@ pub async fn start(
     let tls = config
         .tls
         .as_ref()
-        .map(|t| master_tls(t, &config.master))
+        .map(|t| master_tls(t, &masters))
         .transpose()?;
     let enforcement = containment::Enforcement::probe(
         &config.containment,
@@ -305,7 +310,7 @@ pub async fn start(
     let (agent, handle) = agent::Agent::new(config.id.clone(), config.slots, env, adapters, ledger);
     let connection = connection::ConnectionConfig {
         host: config.id.clone(),
-        master: config.master.clone(),
+        masters,
         slots: config.slots,
         capacity: config.resources.clone(),
         secret: config.cluster_secret.clone(),
@@ -391,17 +396,23 @@ pub fn base_env(config: &HostConfig) -> Vec<(String, String)> {
     env
 }
 
-/// The connector and expected name for TLS to the master; certificate files
-/// are read now, so a bad one stops the start.
+/// The connector and expected names for TLS to the masters; certificate
+/// files are read now, and every address's name checked, so a bad one
+/// stops the start.
 fn master_tls(
     tls: &config::HostTls,
-    master: &str,
+    masters: &masters::MasterAddrs,
 ) -> Result<connection::MasterTls, trainyard_proto::tls::TlsError> {
     use trainyard_proto::tls::{server_name_of, ServerCheck};
-    let server_name = server_name_of(tls.server_name.as_deref().unwrap_or(master))?;
+    let server_name = tls.server_name.as_deref().map(server_name_of).transpose()?;
+    if server_name.is_none() {
+        for addr in masters.as_slice() {
+            server_name_of(addr)?;
+        }
+    }
     if matches!(tls.client.server, ServerCheck::Insecure) {
         tracing::warn!(
-            master,
+            master = %masters,
             "INSECURE: the master's TLS certificate is not verified (tls.insecure_skip_verify); \
              anyone on the network path can pose as the master. For tests only."
         );

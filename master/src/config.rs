@@ -47,6 +47,16 @@ pub struct MasterConfig {
     /// makes hosts present a certificate naming their id (mutual TLS); the
     /// API never asks the CLI for one.
     pub tls: Option<ServerTls>,
+    /// PostgreSQL: how long a leader that stopped answering keeps the lead
+    /// before a standby may take it ([`crate::leadership`]).
+    pub leader_ttl: Duration,
+    /// The host address other masters send hosts to while this one leads;
+    /// the host listener's address when unset (the machine's name in place
+    /// of an unspecified IP).
+    pub advertise_hosts: Option<String>,
+    /// The API base URL other masters send the CLI to while this one leads;
+    /// derived from the API listener when unset.
+    pub advertise_api: Option<String>,
 }
 
 impl MasterConfig {
@@ -75,6 +85,9 @@ impl MasterConfig {
             reserve_after: DEFAULT_RESERVE_AFTER,
             unpinned_version: Default::default(),
             tls: None,
+            leader_ttl: crate::leadership::DEFAULT_LEADER_TTL,
+            advertise_hosts: None,
+            advertise_api: None,
         }
     }
 }

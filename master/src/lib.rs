@@ -18,6 +18,8 @@
 //! - [`events`]: fan-out of task events.
 //! - [`history`]: the stored progress history, and its bound.
 //! - [`logs`]: the captured trainer and adapter lines, and their bound.
+//! - [`leadership`]: standby masters on PostgreSQL — who leads, and
+//!   stepping down.
 //! - [`config`]: the master's settings.
 //! - [`failpoints`]: fault injection, in builds for the tests only.
 
@@ -27,6 +29,7 @@ pub mod dashboard;
 pub mod events;
 pub mod failpoints;
 pub mod history;
+pub mod leadership;
 pub mod logs;
 pub mod model;
 pub mod placement;
@@ -44,6 +47,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use trainyard_proto::tls::TlsAcceptor;
 
 /// Why the master could not start.
 #[derive(Debug, thiserror::Error)]
@@ -87,16 +91,78 @@ impl RunningMaster {
     }
 }
 
-/// Takes the database's master lock, connects to the database (running
-/// migrations) and Redis, reconciles, and starts the scheduler, the host
-/// listener and the API. The master stops by itself if it loses the lock to
-/// another master.
-pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
-    config.timers.validate()?;
-    // Certificates are read before anything else, so a bad file stops the
-    // start with nothing taken.
-    let hosts_tls = config.tls.as_ref().map(|t| t.acceptor()).transpose()?;
-    let api_tls = config
+/// The master's two listeners, bound.
+struct Listeners {
+    hosts: std::net::TcpListener,
+    api: std::net::TcpListener,
+    hosts_addr: SocketAddr,
+    api_addr: SocketAddr,
+}
+
+impl Listeners {
+    async fn bind(config: &MasterConfig) -> Result<Listeners, MasterError> {
+        let bind = |addr: SocketAddr| async move {
+            let listen = |source| MasterError::Listen { addr, source };
+            let listener = TcpListener::bind(addr).await.map_err(listen)?;
+            let bound = listener.local_addr().map_err(listen)?;
+            Ok::<_, MasterError>((listener.into_std().map_err(listen)?, bound))
+        };
+        let (hosts, hosts_addr) = bind(config.hosts_listen).await?;
+        let (api, api_addr) = bind(config.api_listen).await?;
+        Ok(Listeners {
+            hosts,
+            api,
+            hosts_addr,
+            api_addr,
+        })
+    }
+
+    /// A handle on each listener for one phase (standby, then leader):
+    /// connections waiting to be accepted stay queued between phases.
+    fn take(&self) -> std::io::Result<(TcpListener, TcpListener)> {
+        Ok((
+            TcpListener::from_std(self.hosts.try_clone()?)?,
+            TcpListener::from_std(self.api.try_clone()?)?,
+        ))
+    }
+}
+
+/// What entitles this master to run: the SQLite file lock, or the lead
+/// among the masters of a PostgreSQL database.
+enum Tenure {
+    Lock(store::MasterLock),
+    Leader {
+        held: store::Held,
+        fence: Arc<store::Fence>,
+        ttl: std::time::Duration,
+    },
+}
+
+impl Tenure {
+    /// Resolves when the master must stop, with why.
+    async fn lost(self) -> String {
+        match self {
+            // The file lock is the process's until it dies.
+            Tenure::Lock(_lock) => std::future::pending().await,
+            Tenure::Leader { held, fence, ttl } => leadership::hold(held, fence, ttl).await,
+        }
+    }
+
+    fn term(&self) -> u64 {
+        match self {
+            Tenure::Lock(_) => 0,
+            Tenure::Leader { fence, .. } => u64::try_from(fence.term).unwrap_or(0),
+        }
+    }
+}
+
+/// TLS for the host listener and the API, read before anything else so a
+/// bad file stops the start with nothing taken.
+fn acceptors(
+    config: &MasterConfig,
+) -> Result<(Option<TlsAcceptor>, Option<TlsAcceptor>), MasterError> {
+    let hosts = config.tls.as_ref().map(|t| t.acceptor()).transpose()?;
+    let api = config
         .tls
         .as_ref()
         .map(|t| {
@@ -107,14 +173,50 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             .acceptor()
         })
         .transpose()?;
-    let lock = store::MasterLock::acquire(&config.database_url).await?;
-    let store = store::Store::connect(&config.database_url).await?;
+    Ok((hosts, api))
+}
+
+/// Starts a master. On SQLite it takes the database's file lock first (a
+/// second master refuses to start). On PostgreSQL it binds its listeners
+/// and stands by until it is elected leader, telling hosts and API clients
+/// who leads meanwhile. Then it connects to Redis, reconciles, and starts
+/// the scheduler, the host listener and the API. The master stops by
+/// itself if it loses the lock or the lead.
+pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
+    config.timers.validate()?;
+    let (hosts_tls, api_tls) = acceptors(&config)?;
+    let (store, tenure, listeners) = enter(&config, &hosts_tls, &api_tls).await?;
     tracing::info!(backend = ?store.backend(), "task store ready");
+    let term = tenure.term();
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    // The lead is watched from the moment it is won: loading and
+    // reconciling may take longer than its lease.
+    let mut tasks = JoinSet::new();
+    let lost_stop = stop.clone();
+    let lost_stopped = until_stopped();
+    tasks.spawn(async move {
+        tokio::select! {
+            reason = tenure.lost() => {
+                tracing::error!(%reason, "stopping: this master no longer leads");
+                let _ = lost_stop.send(true);
+            }
+            _ = lost_stopped => {}
+        }
+    });
     let redis = Arc::new(
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, config.timers.redis_timeout)
             .map_err(MasterError::RedisUrl)?,
     );
     let keys = trainyard_proto::keys::Keys::new(config.key_prefix.clone());
+    if term > 0 {
+        leadership::announce(&redis, &keys, term).await;
+    }
     let events = events::Events::new(16 * 1024);
     let recorder = history::Recorder::new(store.clone(), &events);
     let (log_recorder, log_feed) = logs::Recorder::new(store.clone());
@@ -129,68 +231,24 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             known_adapters: config.known_adapters.clone(),
             reserve_after: config.reserve_after,
             versions: config.unpinned_version,
+            term,
         },
     )
     .await?;
 
-    let hosts_listener = TcpListener::bind(config.hosts_listen)
-        .await
-        .map_err(|source| MasterError::Listen {
+    let (hosts_listener, api_listener) =
+        listeners.take().map_err(|source| MasterError::Listen {
             addr: config.hosts_listen,
             source,
         })?;
-    let api_listener = TcpListener::bind(config.api_listen)
-        .await
-        .map_err(|source| MasterError::Listen {
-            addr: config.api_listen,
-            source,
-        })?;
-    let hosts_addr = hosts_listener
-        .local_addr()
-        .map_err(|source| MasterError::Listen {
-            addr: config.hosts_listen,
-            source,
-        })?;
-    let api_addr = api_listener
-        .local_addr()
-        .map_err(|source| MasterError::Listen {
-            addr: config.api_listen,
-            source,
-        })?;
+    let (hosts_addr, api_addr) = (listeners.hosts_addr, listeners.api_addr);
 
-    let (stop, stopped) = watch::channel(false);
-    let until_stopped = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }
-    };
-    let mut tasks = JoinSet::new();
-    let lock_stop = stop.clone();
-    let lock_stopped = until_stopped();
-    tasks.spawn(async move {
-        tokio::select! {
-            reason = lock.lost() => {
-                tracing::error!(%reason, "stopping: this master lost its lock on the database");
-                let _ = lock_stop.send(true);
-            }
-            _ = lock_stopped => {}
-        }
-    });
     tasks.spawn(scheduler.run(until_stopped()));
     tasks.spawn(recorder.run(until_stopped()));
     tasks.spawn(log_recorder.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,
-        sessions::ListenerConfig {
-            secret: config.cluster_secret.clone(),
-            tls: hosts_tls,
-            host_certificates: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
-            timers: config.timers.clone(),
-            max_frame: config.max_frame_bytes,
-            max_connections: config.max_connections,
-            logs: log_feed.clone(),
-        },
+        listener_config(&config, hosts_tls, log_feed.clone()),
         handle.clone(),
         until_stopped(),
     ));
@@ -202,48 +260,15 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         }
         .run(until_stopped()),
     );
-    let redis_probe =
-        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
-            .map_err(MasterError::RedisUrl)?;
-    let app = api::router(api::AppState {
-        store,
-        placement: handle.placement(),
-        scheduler: handle.clone(),
-        events,
-        logs: log_feed,
-        api_token: config.api_token.clone().into(),
-        default_max_attempts: config.default_max_attempts,
-        redis_probe: Arc::new(redis_probe),
-        sweep_interval: config.timers.sweep_interval,
-    });
-    let api_stopped = until_stopped();
-    let served = match api_tls {
-        None => tokio::spawn(async move {
-            axum::serve(api_listener, app)
-                .with_graceful_shutdown(api_stopped)
-                .await
-        }),
-        Some(tls) => {
-            let listener = api::tls::TlsListener::new(api_listener, tls).map_err(|source| {
-                MasterError::Listen {
-                    addr: config.api_listen,
-                    source,
-                }
-            })?;
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(api_stopped)
-                    .await
-            })
-        }
-    };
-    tasks.spawn(async move {
-        match served.await {
-            Ok(Err(e)) => tracing::error!(error = %e, "API server failed"),
-            Err(e) => tracing::error!(error = %e, "API server panicked"),
-            Ok(Ok(())) => {}
-        }
-    });
+    let app = api::router(api_state(&config, store, &handle, events, log_feed)?);
+    let served = serve_api(
+        api_listener,
+        api_tls,
+        app,
+        config.api_listen,
+        until_stopped(),
+    )?;
+    tasks.spawn(served);
     let transport = match &config.tls {
         None => "plain TCP",
         Some(t) if t.client_ca.is_some() => "TLS, hosts present certificates naming their id",
@@ -256,5 +281,161 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         scheduler: handle,
         stop,
         tasks,
+    })
+}
+
+/// Serves `app` on `listener` (over TLS when given) until `shutdown`
+/// resolves; the future to spawn.
+fn serve_api(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: axum::Router,
+    addr: SocketAddr,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<impl std::future::Future<Output = ()> + Send + 'static, MasterError> {
+    let served = match tls {
+        None => tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }),
+        Some(tls) => {
+            let listener = api::tls::TlsListener::new(listener, tls)
+                .map_err(|source| MasterError::Listen { addr, source })?;
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            })
+        }
+    };
+    Ok(async move {
+        match served.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "API server failed"),
+            Err(e) => tracing::error!(error = %e, "API server panicked"),
+            Ok(Ok(())) => {}
+        }
+    })
+}
+
+/// Stands by until elected leader: tells hosts who leads and serves reads
+/// on the API meanwhile.
+async fn stand_by(
+    config: &MasterConfig,
+    listeners: &Listeners,
+    store: &store::Store,
+    hosts_tls: &Option<TlsAcceptor>,
+    api_tls: &Option<TlsAcceptor>,
+) -> Result<store::Held, MasterError> {
+    let me = leadership::candidate(config, listeners.hosts_addr, listeners.api_addr);
+    let (leader, leader_seen) = watch::channel(None);
+    let (stop, stopped) = watch::channel(false);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    let (hosts, api) = listeners.take().map_err(|source| MasterError::Listen {
+        addr: config.hosts_listen,
+        source,
+    })?;
+    let mut tasks = JoinSet::new();
+    tasks.spawn(leadership::serve_hosts(
+        hosts,
+        hosts_tls.clone(),
+        leader_seen.clone(),
+        config.timers.handshake_timeout,
+        until_stopped(),
+    ));
+    let app = api::standby::router(api::standby::StandbyState {
+        store: store.clone(),
+        leader: leader_seen,
+    });
+    tasks.spawn(serve_api(
+        api,
+        api_tls.clone(),
+        app,
+        config.api_listen,
+        until_stopped(),
+    )?);
+    tracing::info!(id = %me.id, hosts = %me.hosts_addr, api = %me.api_url, "campaigning for leadership");
+    let held =
+        leadership::campaign(&config.database_url, &me, config.leader_ttl, store, &leader).await;
+    let _ = stop.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(held)
+}
+
+/// Takes what entitles this master to run: the SQLite file lock, or on
+/// PostgreSQL the lead (standing by until elected), with its listeners
+/// bound and its store fenced by its term.
+async fn enter(
+    config: &MasterConfig,
+    hosts_tls: &Option<TlsAcceptor>,
+    api_tls: &Option<TlsAcceptor>,
+) -> Result<(store::Store, Tenure, Listeners), MasterError> {
+    let entered = match store::backend_of(&config.database_url) {
+        Some(store::Backend::Postgres) => {
+            // Listening only once the database answers: a master cut off
+            // from it refuses connections, and hosts try the next at once.
+            let store = store::Store::connect(&config.database_url).await?;
+            let listeners = Listeners::bind(config).await?;
+            let held = stand_by(config, &listeners, &store, hosts_tls, api_tls).await?;
+            let (fenced, fence) = store.fenced(held.term());
+            tracing::info!(term = held.term(), "this master leads");
+            let tenure = Tenure::Leader {
+                held,
+                fence,
+                ttl: config.leader_ttl,
+            };
+            (fenced, tenure, listeners)
+        }
+        _ => {
+            let lock = store::MasterLock::acquire(&config.database_url).await?;
+            let store = store::Store::connect(&config.database_url).await?;
+            let listeners = Listeners::bind(config).await?;
+            (store, Tenure::Lock(lock), listeners)
+        }
+    };
+    Ok(entered)
+}
+
+fn listener_config(
+    config: &MasterConfig,
+    tls: Option<TlsAcceptor>,
+    logs: logs::LogFeed,
+) -> sessions::ListenerConfig {
+    sessions::ListenerConfig {
+        secret: config.cluster_secret.clone(),
+        tls,
+        host_certificates: config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        timers: config.timers.clone(),
+        max_frame: config.max_frame_bytes,
+        max_connections: config.max_connections,
+        logs,
+    }
+}
+
+fn api_state(
+    config: &MasterConfig,
+    store: store::Store,
+    scheduler: &scheduler::SchedulerHandle,
+    events: events::Events,
+    logs: logs::LogFeed,
+) -> Result<api::AppState, MasterError> {
+    let redis_probe =
+        trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
+            .map_err(MasterError::RedisUrl)?;
+    Ok(api::AppState {
+        store,
+        placement: scheduler.placement(),
+        scheduler: scheduler.clone(),
+        events,
+        logs,
+        api_token: config.api_token.clone().into(),
+        default_max_attempts: config.default_max_attempts,
+        redis_probe: Arc::new(redis_probe),
+        sweep_interval: config.timers.sweep_interval,
     })
 }

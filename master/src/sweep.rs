@@ -125,19 +125,23 @@ pub struct Fenced {
 }
 
 /// Fences the given attempts (task, attempt given up), all in one script
-/// call.
+/// call, unless a master with a newer term than `term` has announced
+/// itself ([`announce_term`]): then Redis answers with an error.
 pub async fn fence(
     con: &mut ConnectionManager,
     keys: &Keys,
     given_up: &[AttemptRef],
     ttl: Duration,
+    term: u64,
 ) -> redis::RedisResult<Fenced> {
     if given_up.is_empty() {
         return Ok(Fenced::default());
     }
-    let mut script_keys = Vec::with_capacity(given_up.len() * 3);
-    let mut args = Vec::with_capacity(given_up.len() + 1);
+    let mut script_keys = Vec::with_capacity(given_up.len() * 3 + 1);
+    let mut args = Vec::with_capacity(given_up.len() + 2);
+    script_keys.push(keys.leader_term());
     args.push(ttl.as_millis().max(1) as u64);
+    args.push(term);
     for a in given_up {
         script_keys.push(keys.task_owner(a.task));
         script_keys.push(keys.task_fence(a.task));
@@ -215,6 +219,29 @@ pub async fn forget_reports(
     pipe.srem(keys.pending_reports(), members).ignore();
     pipe.query_async::<()>(con).await?;
     Ok(1)
+}
+
+/// Announces a new leader's term, so that fences of older terms are
+/// refused from now on. Returns the term Redis now holds: higher than
+/// `term` if a newer leader announced itself first.
+pub async fn announce_term(
+    con: &mut ConnectionManager,
+    keys: &Keys,
+    term: u64,
+) -> redis::RedisResult<u64> {
+    static ANNOUNCE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(
+            "local cur = tonumber(redis.call('GET', KEYS[1]) or '0') \
+             local mine = tonumber(ARGV[1]) \
+             if cur < mine then redis.call('SET', KEYS[1], ARGV[1]) return mine end \
+             return cur",
+        )
+    });
+    ANNOUNCE
+        .key(keys.leader_term())
+        .arg(term)
+        .invoke_async(con)
+        .await
 }
 
 /// Reads the dataset's epoch, creating it if Redis has none, in one round
@@ -299,10 +326,14 @@ mod tests {
         let lapsed: Vec<AttemptRef> = (1..=2000).map(|t| AttemptRef::new(t, 1)).collect();
         let ttl = Duration::from_secs(60);
 
-        let first = fence(&mut con, &keys, &lapsed[..1000], ttl).await.unwrap();
+        let first = fence(&mut con, &keys, &lapsed[..1000], ttl, 0)
+            .await
+            .unwrap();
         // Redis has never seen the script: EVALSHA is refused, EVAL caches it.
         assert_eq!(first.round_trips, 2);
-        let second = fence(&mut con, &keys, &lapsed[1000..], ttl).await.unwrap();
+        let second = fence(&mut con, &keys, &lapsed[1000..], ttl, 0)
+            .await
+            .unwrap();
         assert_eq!(second.round_trips, 1);
         assert!(first.verdicts.iter().chain(&second.verdicts).all(|f| *f));
         let fences: Vec<Option<u32>> = con
@@ -311,7 +342,10 @@ mod tests {
             .unwrap();
         assert_eq!(fences, vec![Some(2), Some(2)]);
         assert_eq!(
-            fence(&mut con, &keys, &[], ttl).await.unwrap().round_trips,
+            fence(&mut con, &keys, &[], ttl, 0)
+                .await
+                .unwrap()
+                .round_trips,
             0
         );
     }
@@ -323,5 +357,27 @@ mod tests {
         let keys = Keys::new("rt:");
         let first = ensure_epoch(&mut con, &keys).await.unwrap();
         assert_eq!(ensure_epoch(&mut con, &keys).await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_deposed_master_fences_nothing_once_a_newer_term_is_announced() {
+        let redis = RedisServer::start();
+        let mut con = connect(&redis).await;
+        let keys = Keys::new("rt:");
+        let ttl = Duration::from_secs(60);
+        assert_eq!(announce_term(&mut con, &keys, 3).await.unwrap(), 3);
+        // Announcing an older term leaves the newer one in place.
+        assert_eq!(announce_term(&mut con, &keys, 2).await.unwrap(), 3);
+
+        let refused = fence(&mut con, &keys, &[AttemptRef::new(7, 1)], ttl, 2).await;
+        let error = refused.expect_err("an older term's fence is refused");
+        assert!(error.to_string().contains("DEPOSED"), "{error}");
+        let untouched: Option<u32> = con.get(keys.task_fence(7)).await.unwrap();
+        assert_eq!(untouched, None, "the deposed master's fence wrote nothing");
+
+        let fenced = fence(&mut con, &keys, &[AttemptRef::new(7, 1)], ttl, 3).await;
+        assert_eq!(fenced.unwrap().verdicts, vec![true]);
+        let written: Option<u32> = con.get(keys.task_fence(7)).await.unwrap();
+        assert_eq!(written, Some(2));
     }
 }

@@ -84,6 +84,12 @@ impl Keys {
         format!("{}reports:pending", self.prefix)
     }
 
+    /// The highest leader term any master has announced (PostgreSQL with
+    /// standby masters); a master's fences are refused under a newer one.
+    pub fn leader_term(&self) -> String {
+        format!("{}trainyard:leader_term", self.prefix)
+    }
+
     /// The id of the Redis dataset; when it changes, Redis lost its data.
     pub fn epoch(&self) -> String {
         format!("{}trainyard:epoch", self.prefix)

@@ -3,7 +3,8 @@
 //! A connection goes through two phases. In the handshake the master sends a
 //! [`Challenge`], the host answers with a [`Hello`] that proves it knows the
 //! cluster secret, and the master replies [`Welcome`] (proving the same) or
-//! [`MasterMessage::Refused`]. Only after `Welcome` does the host count as
+//! [`MasterMessage::Refused`]. A standby master sends
+//! [`MasterMessage::Standby`] instead of the challenge, naming the leader. Only after `Welcome` does the host count as
 //! connected; any other message before that closes the connection.
 //!
 //! After the handshake the master sends dispatches, cancels, stop orders and
@@ -321,6 +322,14 @@ pub enum MasterMessage {
     Refused {
         reason: String,
     },
+    /// This master is a standby: it does not lead, so it dispatches nothing.
+    /// Sent in place of the challenge; the master closes the connection
+    /// after it. `leader` is the host address the leading master
+    /// advertises, when one leads. A host follows it only when it is one of
+    /// its own configured master addresses.
+    Standby {
+        leader: Option<String>,
+    },
     Dispatch(Dispatch),
     /// Stop the attempt because the task was cancelled.
     Cancel {
@@ -365,6 +374,7 @@ impl MasterMessage {
             Self::Challenge(_) => "challenge",
             Self::Welcome(_) => "welcome",
             Self::Refused { .. } => "refused",
+            Self::Standby { .. } => "standby",
             Self::Dispatch(_) => "dispatch",
             Self::Cancel { .. } => "cancel",
             Self::Stop { .. } => "stop",

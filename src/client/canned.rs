@@ -31,6 +31,9 @@ impl Recorded {
 pub enum Reply {
     /// A status and a JSON body.
     Json(u16, String),
+    /// A status, extra headers (`location`, `trainyard-served-by`) and a
+    /// JSON body: a standby's answers.
+    Headed(u16, Vec<(&'static str, String)>, String),
     /// A `200 text/event-stream` whose body is written piece by piece, then closed.
     Sse(Vec<String>),
 }
@@ -86,13 +89,9 @@ async fn answer(
     let reply = route(&request);
     seen.lock().expect("requests lock").push(request);
     match reply {
-        Reply::Json(status, body) => {
-            let head = format!(
-                "HTTP/1.1 {status} Canned\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            socket.write_all(head.as_bytes()).await?;
-            socket.write_all(body.as_bytes()).await?;
+        Reply::Json(status, body) => write_json(&mut socket, status, &[], &body).await?,
+        Reply::Headed(status, headers, body) => {
+            write_json(&mut socket, status, &headers, &body).await?
         }
         Reply::Sse(pieces) => {
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
@@ -106,6 +105,24 @@ async fn answer(
         }
     }
     socket.shutdown().await
+}
+
+async fn write_json(
+    socket: &mut TcpStream,
+    status: u16,
+    headers: &[(&str, String)],
+    body: &str,
+) -> std::io::Result<()> {
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let head = format!(
+        "HTTP/1.1 {status} Canned\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra}connection: close\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).await?;
+    socket.write_all(body.as_bytes()).await
 }
 
 async fn read_request(socket: &mut TcpStream) -> std::io::Result<Recorded> {

@@ -31,6 +31,11 @@ pub enum ClientError {
     /// A success whose body is not what this client understands (a different trainyard version?).
     #[error("unexpected answer from the master to {what}: {reason}")]
     Unexpected { what: String, reason: String },
+    /// Standbys kept sending the request on: the masters disagree about
+    /// which of them leads (an election under way, or a misconfigured
+    /// advertised URL).
+    #[error("the request was redirected more than {hops} times, last to {url}; the masters do not agree on a leader")]
+    Redirects { url: String, hops: usize },
     /// The live event stream broke off after it had started.
     #[error("the event stream from {url} broke off: {reason}")]
     EventStream { url: String, reason: String },
@@ -66,6 +71,7 @@ impl ClientError {
             self,
             Self::Unreachable { .. }
                 | Self::Connection { .. }
+                | Self::Redirects { .. }
                 | Self::EventStream { .. }
                 | Self::Failed { .. }
         )

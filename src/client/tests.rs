@@ -302,3 +302,137 @@ async fn a_degraded_master_still_gives_its_health_report() {
     assert_eq!(report["redis"], "unreachable");
     assert_eq!(client.health().await.unwrap()["status"], "degraded");
 }
+
+/// A local port nothing listens on any more.
+fn dead_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    url
+}
+
+fn standby(status: u16, headers: Vec<(&'static str, String)>, body: &str) -> Reply {
+    let mut headers = headers;
+    headers.push(("trainyard-served-by", "standby".into()));
+    Reply::Headed(status, headers, body.into())
+}
+
+#[tokio::test]
+async fn when_the_first_master_is_down_the_second_answers_and_is_kept() {
+    let dead = dead_url();
+    let body =
+        serde_json::to_string(&json!({"tasks": [sample_task(1, TaskStatus::Running)]})).unwrap();
+    let server = serve(move |_| Reply::Json(200, body.clone())).await;
+    let client = ApiClient::new(&format!("{dead}, {}", server.url), None).unwrap();
+
+    assert_eq!(
+        client.tasks(None, None, Some(1), None).await.unwrap().len(),
+        1
+    );
+    assert_eq!(client.base_url(), server.url, "the master that answered");
+    client.task(1).await.unwrap_err(); // any answer: it goes to the second
+    let targets: Vec<String> = server.requests().iter().map(|r| r.target.clone()).collect();
+    assert_eq!(targets, ["/v1/tasks?limit=1", "/v1/tasks/1"]);
+}
+
+#[tokio::test]
+async fn when_no_master_can_be_reached_every_url_is_named() {
+    let (a, b) = (dead_url(), dead_url());
+    let client = ApiClient::new(&format!("{a},{b}"), None).unwrap();
+
+    let e = client.health().await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("cannot reach the master at {a}, {b}: connection refused (is `trainyard master` running?)")
+    );
+}
+
+#[tokio::test]
+async fn a_standbys_redirect_is_followed_with_the_same_method_token_and_body() {
+    let leader = serve(|_| {
+        Reply::Headed(
+            201,
+            vec![("trainyard-served-by", "leader".into())],
+            r#"{"id": 7, "status": "PENDING"}"#.into(),
+        )
+    })
+    .await;
+    let location = format!("{}/v1/tasks", leader.url);
+    let standby_master =
+        serve(move |_| standby(307, vec![("location", location.clone())], "")).await;
+    let client = ApiClient::new(&standby_master.url, Some("s3cret".into())).unwrap();
+    let task = json!({"adapter": "noop", "params": {"seed": 3}});
+
+    assert_eq!(client.submit(&task).await.unwrap(), 7);
+
+    assert_eq!(standby_master.requests().len(), 1);
+    let sent = &leader.requests()[0];
+    assert_eq!(
+        (sent.method.as_str(), sent.target.as_str()),
+        ("POST", "/v1/tasks")
+    );
+    assert_eq!(sent.header("authorization"), Some("Bearer s3cret"));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&sent.body).unwrap(),
+        task
+    );
+}
+
+#[tokio::test]
+async fn redirects_that_never_reach_a_leader_end_in_an_error() {
+    let looping = serve(|r| standby(307, vec![("location", r.target.clone())], "")).await;
+    let client = ApiClient::new(&looping.url, Some("t".into())).unwrap();
+
+    let e = client.cancel(4).await.unwrap_err();
+    assert!(matches!(e, ClientError::Redirects { hops: 3, .. }), "{e}");
+    assert_eq!(looping.requests().len(), 4, "the first try and three hops");
+}
+
+#[tokio::test]
+async fn a_standby_without_a_leader_sends_the_client_to_the_next_url() {
+    let no_leader = r#"{"error": "this master is a standby and no master leads"}"#;
+    let first = serve(move |_| standby(503, vec![], no_leader)).await;
+    let second = serve(|_| Reply::Json(200, r#"{"id": 5, "status": "CANCELLED"}"#.into())).await;
+    let client =
+        ApiClient::new(&format!("{},{}", first.url, second.url), Some("t".into())).unwrap();
+
+    assert_eq!(client.cancel(5).await.unwrap()["status"], "CANCELLED");
+    assert_eq!(first.requests().len(), 1);
+    assert_eq!(second.requests()[0].target, "/v1/tasks/5/cancel");
+    assert_eq!(
+        second.requests()[0].header("authorization"),
+        Some("Bearer t")
+    );
+}
+
+#[tokio::test]
+async fn when_every_master_is_a_leaderless_standby_their_reason_is_reported() {
+    let no_leader = r#"{"error": "this master is a standby and no master leads"}"#;
+    let first = serve(move |_| standby(503, vec![], no_leader)).await;
+    let second = serve(move |_| standby(503, vec![], no_leader)).await;
+    let client =
+        ApiClient::new(&format!("{},{}", first.url, second.url), Some("t".into())).unwrap();
+
+    let e = client.cancel(5).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the master failed the request (503): this master is a standby and no master leads"
+    );
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_read_served_by_a_standby_is_noted_once() {
+    let detail = serde_json::to_string(&trainyard_master::model::TaskDetail {
+        task: sample_task(2, TaskStatus::Pending),
+        attempts: vec![],
+        waiting: None,
+    })
+    .unwrap();
+    let server = serve(move |_| standby(200, vec![], &detail)).await;
+    let client = ApiClient::new(&server.url, None).unwrap();
+
+    assert!(!client.told_standby.load(Ordering::Relaxed));
+    assert_eq!(client.task(2).await.unwrap().task.id, 2);
+    assert!(client.told_standby.load(Ordering::Relaxed));
+}

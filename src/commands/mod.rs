@@ -14,6 +14,7 @@ pub mod cancel;
 pub mod config;
 pub mod follow;
 pub mod format;
+pub mod health;
 pub mod hosts;
 pub mod logs;
 pub mod submit;

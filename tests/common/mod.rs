@@ -670,3 +670,129 @@ pub fn verdict(detail: &TaskDetail) -> serde_json::Value {
         .unwrap_or_default();
     serde_json::from_str(&summary).unwrap_or_else(|e| panic!("verdict {summary:?}: {e}"))
 }
+
+/// Who leads, as one master's `/v1/health` says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leadership {
+    pub role: String,
+    pub term: Option<i64>,
+    pub leader_api: Option<String>,
+}
+
+/// The `leadership` object of the master whose API is at `api`, or `None`
+/// if it does not answer within 2 s.
+pub async fn leadership(api: &str) -> Option<Leadership> {
+    let body: serde_json::Value = reqwest::Client::new()
+        .get(format!("{api}/v1/health"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let l = &body["leadership"];
+    Some(Leadership {
+        role: l["role"].as_str()?.to_string(),
+        term: l["term"].as_i64(),
+        leader_api: l["leader"]["api_url"].as_str().map(str::to_string),
+    })
+}
+
+/// Standby masters beside a cluster's own, on PostgreSQL.
+pub struct Standbys {
+    pub processes: Vec<Process>,
+    /// Every master's API base URL, the cluster's own first.
+    pub apis: Vec<String>,
+    ports: Vec<(u16, u16)>,
+}
+
+impl TestCluster {
+    /// Before its master starts: makes the hosts and the API client of
+    /// this cluster know its own master and `extra` more, with a leader
+    /// lease of `ttl`, and writes the config. The standbys reach the
+    /// database at `direct_url` (the cluster's may go through a relay).
+    pub fn plan_standbys(&mut self, extra: usize, ttl: Duration) -> Standbys {
+        let own = &self.cluster.settings.master;
+        let mut ports = vec![(own.hosts_listen.port(), own.api_listen.port())];
+        for _ in 0..extra {
+            ports.push((
+                trainyard_testkit::free_port(),
+                trainyard_testkit::free_port(),
+            ));
+        }
+        let apis: Vec<String> = ports
+            .iter()
+            .map(|(_, a)| format!("http://127.0.0.1:{a}"))
+            .collect();
+        let s = &mut self.cluster.settings;
+        s.master.leader_ttl = ttl;
+        s.host.master = ports
+            .iter()
+            .map(|(h, _)| format!("127.0.0.1:{h}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        s.api.url = apis.join(",");
+        self.cluster.write_config().expect("config");
+        Standbys {
+            processes: vec![],
+            apis,
+            ports,
+        }
+    }
+
+    /// Starts the planned standbys (`master-2`, `master-3`, …) on the
+    /// database at `database_url`, and waits until each stands by.
+    pub async fn start_standbys(&self, standbys: &mut Standbys, database_url: &str) {
+        for (i, (h, a)) in standbys.ports.iter().enumerate().skip(1) {
+            let name = format!("master-{}", i + 1);
+            let config = self.config_variant(&format!("{name}.toml"), |s| {
+                s.master.hosts_listen = format!("127.0.0.1:{h}").parse().unwrap();
+                s.master.api_listen = format!("127.0.0.1:{a}").parse().unwrap();
+                s.database_url = database_url.to_string();
+            });
+            standbys
+                .processes
+                .push(self.spawn_with_config(&name, &config, &["master"]));
+        }
+        for standby in &standbys.processes {
+            logged(
+                standby,
+                "standing by: another master leads",
+                Duration::from_secs(60),
+            )
+            .await;
+        }
+    }
+}
+
+impl Standbys {
+    /// Which master leads now (0: the cluster's own), once one says so.
+    pub async fn leader(&self, timeout: Duration) -> Option<usize> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            for (i, api) in self.apis.iter().enumerate() {
+                if leadership(api).await.is_some_and(|l| l.role == "leader") {
+                    return Some(i);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// The last lines of every standby's log.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for s in &self.processes {
+            let log = s.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            out.push_str(&format!("\n--- {} (last lines) ---\n", s.name));
+            for line in tail.into_iter().rev() {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}

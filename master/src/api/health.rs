@@ -84,9 +84,10 @@ fn redis_text(redis: bool) -> &'static str {
 
 /// `GET /v1/health`.
 pub async fn health(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
-    let (probes, counts) = tokio::join!(
+    let (probes, counts, leadership) = tokio::join!(
         probe(&app),
-        tokio::time::timeout(PROBE_TIMEOUT, app.store.status_counts())
+        tokio::time::timeout(PROBE_TIMEOUT, app.store.status_counts()),
+        leadership(&app)
     );
     let counts = counts.ok().and_then(Result::ok);
     let overview = app.scheduler.overview().await.ok();
@@ -97,8 +98,20 @@ pub async fn health(State(app): State<AppState>) -> (StatusCode, Json<Value>) {
         "redis": redis_text(probes.redis),
         "scheduler": overview,
         "tasks": counts,
+        "leadership": leadership,
     });
     (status(ok), Json(body))
+}
+
+/// Who leads: this master, on PostgreSQL (a standby serves its own
+/// health); on SQLite there is one master and no election.
+async fn leadership(app: &AppState) -> Value {
+    if app.store.backend() != crate::store::Backend::Postgres {
+        return super::standby::leadership_json("single", None);
+    }
+    let leader = tokio::time::timeout(PROBE_TIMEOUT, app.store.leader()).await;
+    let leader = leader.ok().and_then(Result::ok).flatten();
+    super::standby::leadership_json("leader", leader.as_ref())
 }
 
 /// `GET /v1/health/live`.

@@ -44,7 +44,12 @@ pub async fn scrape(State(app): State<AppState>) -> Response {
         .await
         .ok()
         .and_then(Result::ok);
-    match render(MasterScrape { snapshot, tasks }) {
+    let term = Some(app.store.term());
+    match render(MasterScrape {
+        snapshot,
+        tasks,
+        term,
+    }) {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
     }
@@ -65,6 +70,8 @@ pub fn render(scrape: MasterScrape) -> Result<String, Error> {
 pub struct MasterScrape {
     pub snapshot: Arc<Snapshot>,
     pub tasks: Option<BTreeMap<TaskStatus, u64>>,
+    /// The term this master leads in (PostgreSQL with standby masters).
+    pub term: Option<i64>,
 }
 
 impl Collector for MasterScrape {
@@ -77,7 +84,58 @@ impl Collector for MasterScrape {
         }
         self.encode_adapters(&mut encoder)?;
         self.encode_scheduler(&mut encoder)?;
-        self.encode_hosts(&mut encoder)
+        self.encode_hosts(&mut encoder)?;
+        Leadership { term: self.term }.encode(encoder)
+    }
+}
+
+/// Whether this master leads, and in which term: all a standby's
+/// `/metrics` shows, so each master can be scraped on its own.
+#[derive(Debug)]
+pub struct Leadership {
+    /// `None` on a standby; `Some(0)` for a master that elects no leader
+    /// (SQLite), which always leads.
+    pub term: Option<i64>,
+}
+
+impl Collector for Leadership {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), Error> {
+        let leading = gauge(u64::from(self.term.is_some()));
+        single(
+            &mut encoder,
+            "master_leading",
+            "1 if this master leads (schedules and dispatches), 0 if it stands by.",
+            None,
+            &leading,
+        )?;
+        if let Some(term) = self.term {
+            let term = gauge(u64::try_from(term).unwrap_or(0));
+            single(
+                &mut encoder,
+                "leader_term",
+                "The term this master leads in (0 on SQLite, which elects no leader).",
+                None,
+                &term,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `GET /metrics` on a standby.
+pub fn render_standby() -> Result<String, Error> {
+    let mut registry = Registry::with_prefix("trainyard");
+    registry.register_collector(Box::new(Leadership { term: None }));
+    let mut body = String::new();
+    prometheus_client::encoding::prometheus_text::encode(&mut body, &registry)?;
+    Ok(body)
+}
+
+/// A standby's scrape, in the Prometheus text format.
+pub async fn scrape_standby() -> Response {
+    match render_standby() {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
     }
 }
 

@@ -34,6 +34,7 @@ mod hosts;
 mod logs;
 pub mod metrics;
 mod progress;
+pub mod standby;
 mod sweeps;
 mod tasks;
 pub mod tls;
@@ -68,6 +69,31 @@ pub struct AppState {
     pub redis_probe: Arc<RedisLink>,
     /// How often the scheduler finishes a turn at the least (liveness).
     pub sweep_interval: Duration,
+}
+
+impl axum::extract::FromRef<AppState> for Store {
+    fn from_ref(app: &AppState) -> Store {
+        app.store.clone()
+    }
+}
+
+/// The hosts as the scheduler's latest turn left them, where this master
+/// schedules (a standby does not).
+#[derive(Clone)]
+pub struct PlacementView(pub Option<tokio::sync::watch::Receiver<Arc<crate::placement::Snapshot>>>);
+
+impl axum::extract::FromRef<AppState> for PlacementView {
+    fn from_ref(app: &AppState) -> PlacementView {
+        PlacementView(Some(app.placement.clone()))
+    }
+}
+
+async fn mark_leader(mut response: axum::response::Response) -> axum::response::Response {
+    response.headers_mut().insert(
+        standby::SERVED_BY,
+        axum::http::HeaderValue::from_static("leader"),
+    );
+    response
 }
 
 /// The router with every endpoint.
@@ -107,6 +133,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::scrape))
         .merge(crate::dashboard::router())
         .merge(mutating)
+        .layer(axum::middleware::map_response(mark_leader))
         .fallback(|| async {
             ApiError::not_found(
                 "no such endpoint; see / (the dashboard), /v1/health, /v1/tasks, /v1/sweeps, /v1/hosts, /v1/events, /metrics",

@@ -3,8 +3,8 @@
 //! `after` (0, the default, from the first). Answers `next`, the cursor for
 //! the following page (the last point's id, or `after` when there was none).
 
-use super::{ApiError, AppState};
-use crate::store::MAX_POINTS_READ;
+use super::ApiError;
+use crate::store::{Store, MAX_POINTS_READ};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
@@ -19,7 +19,7 @@ pub struct ProgressQuery {
 }
 
 pub async fn history(
-    State(app): State<AppState>,
+    State(store): State<Store>,
     Path(id): Path<TaskId>,
     Query(q): Query<ProgressQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -38,10 +38,10 @@ pub async fn history(
             )))
         }
     };
-    if app.store.task(id).await?.is_none() {
+    if store.task(id).await?.is_none() {
         return Err(ApiError::not_found(format!("no task {id}")));
     }
-    let points = app.store.points(id, after, limit).await?;
+    let points = store.points(id, after, limit).await?;
     let next = points.last().map_or(after, |p| p.id);
     Ok(Json(json!({ "task": id, "points": points, "next": next })))
 }

@@ -9,6 +9,7 @@ use crate::model::NewTask;
 use crate::scheduler::{CancelOutcome, SubmitError};
 use crate::search::spec::{self, Expansion, SweepSpec};
 use crate::search::{self, NewSweep, SweepDetail, SweepId, SweepSummary};
+use crate::store::Store;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -105,10 +106,10 @@ pub struct ListQuery {
 }
 
 pub async fn list(
-    State(app): State<AppState>,
+    State(store): State<Store>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let found = app.store.sweeps(q.limit.unwrap_or(100), q.before).await?;
+    let found = store.sweeps(q.limit.unwrap_or(100), q.before).await?;
     let sweeps: Vec<SweepSummary> = found
         .into_iter()
         .map(|(record, trials)| search::summary(record, &trials))
@@ -117,10 +118,10 @@ pub async fn list(
 }
 
 pub async fn show(
-    State(app): State<AppState>,
+    State(store): State<Store>,
     Path(id): Path<SweepId>,
 ) -> Result<Json<SweepDetail>, ApiError> {
-    let Some(s) = app.store.sweep(id).await? else {
+    let Some(s) = store.sweep(id).await? else {
         return Err(ApiError::not_found(format!("no sweep {id}")));
     };
     Ok(Json(search::detail(

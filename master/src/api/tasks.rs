@@ -1,10 +1,10 @@
 //! Task endpoints: submit (one or a batch), list, show, cancel.
 
 use super::error::{ApiError, Body};
-use super::AppState;
+use super::{AppState, PlacementView};
 use crate::model::{NewTask, TaskDetail, TaskStatus};
 use crate::scheduler::{CancelOutcome, SubmitError};
-use crate::store::TaskFilter;
+use crate::store::{Store, TaskFilter};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -217,7 +217,7 @@ pub struct ListQuery {
 }
 
 pub async fn list(
-    State(app): State<AppState>,
+    State(store): State<Store>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let status = match q.status.as_deref() {
@@ -237,18 +237,21 @@ pub async fn list(
         limit: q.limit.unwrap_or(0),
         before_id: q.before,
     };
-    let tasks = app.store.tasks(&filter).await?;
+    let tasks = store.tasks(&filter).await?;
     Ok(Json(json!({ "tasks": tasks })))
 }
 
+/// One task; a pending one says why it waits when this master schedules
+/// (a standby does not know).
 pub async fn show(
-    State(app): State<AppState>,
+    State(store): State<Store>,
+    State(placement): State<PlacementView>,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskDetail>, ApiError> {
-    match app.store.task(id).await? {
+    match store.task(id).await? {
         Some(mut detail) => {
-            if detail.task.status == TaskStatus::Pending {
-                detail.waiting = Some(app.placement.borrow().why_waiting(&detail.task));
+            if let (TaskStatus::Pending, Some(placement)) = (detail.task.status, &placement.0) {
+                detail.waiting = Some(placement.borrow().why_waiting(&detail.task));
             }
             Ok(Json(detail))
         }

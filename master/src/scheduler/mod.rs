@@ -299,6 +299,9 @@ pub struct SchedulerConfig {
     pub reserve_after: Duration,
     /// Which of the versions a task allows it runs.
     pub versions: placement::VersionChoice,
+    /// The leader's term its Redis fences carry (0 when masters do not
+    /// elect a leader).
+    pub term: u64,
 }
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost

@@ -228,7 +228,13 @@ impl Scheduler {
         let attempts: Vec<AttemptRef> = given_up.iter().map(|g| g.0).collect();
         let fence_ttl = self.config.timers.fence_ttl;
         let fenced = match meter
-            .time(sweep::fence(&mut con, &self.keys, &attempts, fence_ttl))
+            .time(sweep::fence(
+                &mut con,
+                &self.keys,
+                &attempts,
+                fence_ttl,
+                self.config.term,
+            ))
             .await
         {
             Ok(f) => f,

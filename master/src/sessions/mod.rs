@@ -9,7 +9,7 @@
 mod handshake;
 mod listener;
 mod session;
-mod transport;
+pub(crate) mod transport;
 
 pub use handshake::{check_certificate, check_hello, HandshakeRefusal};
 pub use listener::{serve, ListenerConfig};

@@ -10,25 +10,23 @@
 use super::batch::{self, Action, Batch, BatchResult, Next, Write};
 use super::statements::*;
 use super::values::{self, Col, Param};
-use super::{json, Backend, Result, StoreError};
+use super::{json, Backend, Result, Store, StoreError};
 use crate::model::{NewTask, StoredCheckpoint, TaskStatus};
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyConnection, Row};
 use std::borrow::Cow;
 use std::collections::HashSet;
 use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::Checkpoint;
 use trainyard_proto::TaskId;
 
-pub(super) async fn apply(pool: &AnyPool, backend: Backend, batch: &Batch) -> Result<BatchResult> {
+pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
     if batch.inserts.is_empty() && batch.writes.is_empty() {
         return Ok(BatchResult::default());
     }
+    let backend = store.backend;
     let groups = batch::plan(&batch.writes);
-    let mut tx = pool
-        .begin()
-        .await
-        .map_err(StoreError::db("begin a batch"))?;
+    let mut tx = store.write_tx("begin a batch").await?;
     let mut writer = Writer {
         conn: &mut tx,
         backend,

@@ -103,12 +103,18 @@ async fn configure(backend: Backend, conn: &mut AnyConnection) -> Result<(), sql
         conn.execute(format!("PRAGMA synchronous = {SQLITE_SYNCHRONOUS}").as_str())
             .await?;
         conn.execute("PRAGMA foreign_keys = ON").await?;
+    } else {
+        // A stalled master must not hold its term's share lock
+        // (`leadership`) against a successor.
+        let timeout = super::leadership::IDLE_IN_TRANSACTION_TIMEOUT.as_millis();
+        conn.execute(format!("SET idle_in_transaction_session_timeout = {timeout}").as_str())
+            .await?;
     }
     Ok(())
 }
 
 /// The backend a URL's scheme names, if it is one we serve.
-pub(super) fn backend_of(url: &str) -> Option<Backend> {
+pub fn backend_of(url: &str) -> Option<Backend> {
     let (scheme, _) = url.split_once(':')?;
     match scheme.to_ascii_lowercase().as_str() {
         "sqlite" => Some(Backend::Sqlite),

@@ -89,7 +89,7 @@ impl Store {
         drops: &[(TaskId, u32, u64)],
     ) -> Result<()> {
         let what = "store log lines";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
+        let mut tx = self.write_tx(what).await?;
         let rows: Vec<Vec<Param<'_>>> = lines
             .iter()
             .enumerate()
@@ -181,7 +181,7 @@ impl Store {
     /// dropped; returns the lines and bytes it keeps.
     pub async fn trim_log(&self, task: TaskId, attempt: u32) -> Result<(usize, usize)> {
         let what = "trim log lines";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
+        let mut tx = self.write_tx(what).await?;
         let rows = sqlx::query(
             "SELECT id, bytes FROM log_lines WHERE task_id = $1 AND attempt = $2 ORDER BY id",
         )

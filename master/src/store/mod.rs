@@ -10,7 +10,9 @@
 //!
 //! # Layout
 //! - `connect`: URLs, connection settings, migrations.
-//! - `lock`: one master per database ([`MasterLock`]).
+//! - `lock`: one master per SQLite database ([`MasterLock`]).
+//! - `leadership`: which master leads on PostgreSQL, and the term that
+//!   fences its writes ([`Seat`], [`Held`]).
 //! - `batch`: the write types, and how a batch is grouped into statements.
 //! - `apply`, `statements`: the batch transaction and its SQL.
 //! - `values`: multi-row `VALUES` statements, chunked and padded.
@@ -25,6 +27,7 @@ mod apply;
 mod batch;
 mod connect;
 mod json;
+mod leadership;
 mod lock;
 mod logs;
 mod points;
@@ -39,8 +42,10 @@ mod tests;
 
 pub use activity::EndedAttempts;
 pub use batch::{Batch, BatchResult, Next, Write};
+pub use connect::backend_of;
 /// A database or Redis URL with its password replaced by `***`.
 pub use connect::redact as redact_url;
+pub use leadership::{Candidate, Held, Leader, Seat};
 pub use lock::{LockError, MasterLock};
 pub use logs::{LogDrops, LogLineView, LogRead, NewLogLine, MAX_READ as MAX_LOG_READ};
 pub use points::{NewPoint, ProgressPoint, MAX_READ as MAX_POINTS_READ};
@@ -48,6 +53,7 @@ pub use read::{DispatchPayload, LiveTask, QueuedTask, TaskFilter};
 pub use sweeps::{StoredSweep, SweepInsert};
 
 use sqlx::AnyPool;
+use std::sync::Arc;
 
 /// The database behind a [`Store`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,6 +98,9 @@ pub enum StoreError {
     },
     #[error(transparent)]
     Lock(#[from] LockError),
+    /// This master's term has ended: another master leads now.
+    #[error("this master no longer leads: its term is {term}, the database's {current}")]
+    Deposed { term: i64, current: i64 },
     #[error("task store: cannot encode {what} as JSON: {source}")]
     Encode {
         what: &'static str,
@@ -113,6 +122,17 @@ impl StoreError {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// The leader's term every write checks first; `None` when unfenced
+    /// (SQLite, reads).
+    fence: Option<Arc<Fence>>,
+}
+
+/// A leader's term, and the signal that a write found it ended.
+#[derive(Debug)]
+pub struct Fence {
+    pub term: i64,
+    /// Notified when a write was refused because the term ended.
+    pub deposed: tokio::sync::Notify,
 }
 
 impl Store {
@@ -120,7 +140,49 @@ impl Store {
     /// the schema up to date.
     pub async fn connect(url: &str) -> Result<Store> {
         let (pool, backend) = connect::open(url).await?;
-        Ok(Store { pool, backend })
+        Ok(Store {
+            pool,
+            backend,
+            fence: None,
+        })
+    }
+
+    /// The same store, with every write transaction refused unless the
+    /// leadership row still carries `term` (PostgreSQL).
+    pub fn fenced(&self, term: i64) -> (Store, Arc<Fence>) {
+        let fence = Arc::new(Fence {
+            term,
+            deposed: tokio::sync::Notify::new(),
+        });
+        let store = Store {
+            fence: Some(fence.clone()),
+            ..self.clone()
+        };
+        (store, fence)
+    }
+
+    /// The term this store's writes are fenced by; 0 when nothing fences
+    /// them (SQLite, one master).
+    pub fn term(&self) -> i64 {
+        self.fence.as_ref().map_or(0, |f| f.term)
+    }
+
+    /// Begins a write transaction: for a fenced store, its first statement
+    /// checks the term.
+    pub(crate) async fn write_tx(
+        &self,
+        action: &'static str,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
+        if let Some(fence) = &self.fence {
+            if let Err(e) = leadership::check_term(&mut tx, fence.term).await {
+                if matches!(e, StoreError::Deposed { .. }) {
+                    fence.deposed.notify_one();
+                }
+                return Err(e);
+            }
+        }
+        Ok(tx)
     }
 
     pub fn backend(&self) -> Backend {
@@ -145,6 +207,6 @@ impl Store {
     /// come back in order), then the writes, each reporting whether it
     /// applied. Any database error rolls the whole batch back.
     pub async fn apply(&self, batch: &Batch) -> Result<BatchResult> {
-        apply::apply(&self.pool, self.backend, batch).await
+        apply::apply(self, batch).await
     }
 }

@@ -92,7 +92,7 @@ impl Store {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
+        let mut tx = self.write_tx(what).await?;
         values::run(&mut tx, self.backend, INSERT, &INSERT_COLS, &rows, None)
             .await
             .map_err(StoreError::db(what))?;
@@ -138,7 +138,7 @@ impl Store {
     /// many points it kept.
     pub async fn thin_points(&self, task: TaskId) -> Result<usize> {
         let what = "thin progress points";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(what))?;
+        let mut tx = self.write_tx(what).await?;
         let rows = sqlx::query(
             "SELECT id, episode_return FROM progress_points WHERE task_id = $1 ORDER BY id",
         )

@@ -262,6 +262,7 @@ impl Store {
     pub async fn upsert_host(&self, host: &HostRecord) -> Result<()> {
         let adapters = json::adapters(&host.adapters)?;
         let capacity = host.capacity.as_ref().map(json::capacity).transpose()?;
+        let mut tx = self.write_tx("record a host").await?;
         sqlx::query(
             "INSERT INTO hosts (id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -275,9 +276,10 @@ impl Store {
         .bind(host.first_seen_ms)
         .bind(host.last_seen_ms)
         .bind(capacity)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(StoreError::db("record a host"))?;
+        tx.commit().await.map_err(StoreError::db("record a host"))?;
         Ok(())
     }
 

@@ -198,14 +198,18 @@ impl Store {
         let Ok(id) = i64::try_from(id) else {
             return Ok(false);
         };
+        let mut tx = self.write_tx("cancel a sweep").await?;
         let done = sqlx::query(
             "UPDATE sweeps SET cancelled_at_ms = COALESCE(cancelled_at_ms, $1) WHERE id = $2",
         )
         .bind(now_ms)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(StoreError::db("cancel a sweep"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("cancel a sweep"))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -310,6 +314,7 @@ impl Store {
 
     /// Records a trial's signal at a milestone; the first record stays.
     pub async fn record_milestone(&self, task: TaskId, milestone: u64, value: f64) -> Result<()> {
+        let mut tx = self.write_tx("record a milestone").await?;
         sqlx::query(
             "INSERT INTO sweep_milestones (task_id, milestone, value) VALUES ($1, $2, $3) \
              ON CONFLICT (task_id, milestone) DO NOTHING",
@@ -317,9 +322,12 @@ impl Store {
         .bind(task as i64)
         .bind(i64::try_from(milestone).unwrap_or(i64::MAX))
         .bind(value)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(StoreError::db("record a milestone"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("record a milestone"))?;
         Ok(())
     }
 
@@ -327,7 +335,7 @@ impl Store {
     /// they are cancelled; the first mark stays.
     pub async fn mark_stopped(&self, trials: &[(TaskId, u64)]) -> Result<()> {
         let action = "mark trials stopped early";
-        let mut tx = self.pool.begin().await.map_err(StoreError::db(action))?;
+        let mut tx = self.write_tx(action).await?;
         for (task, milestone) in trials {
             sqlx::query(
                 "UPDATE sweep_trials SET stopped_at = $1 WHERE task_id = $2 AND stopped_at IS NULL",

@@ -201,7 +201,11 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/sqlite"))
+    let dir = match again.backend() {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    let files = std::fs::read_dir(format!("{}/../migrations/{dir}", env!("CARGO_MANIFEST_DIR")))
         .unwrap()
         .filter(|f| {
             f.as_ref()
@@ -1300,4 +1304,105 @@ async fn log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest(store: 
         ]
     );
     assert_eq!(store.log_drops(task, Some(1)).await.unwrap(), drops[..1]);
+}
+
+fn candidate(id: &str) -> Candidate {
+    Candidate {
+        id: id.into(),
+        hosts_addr: format!("{id}:7700"),
+        api_url: format!("http://{id}:7701"),
+    }
+}
+
+/// One leader at a time, a term raised at each election, and a deposed
+/// leader's writes refused whole, through the same store calls the master
+/// makes.
+#[tokio::test]
+async fn a_deposed_leaders_writes_are_refused_by_term_and_change_nothing() {
+    let db = trainyard_testkit::fresh_postgres().await;
+    let store = connect(&db.url).await;
+    let ttl = std::time::Duration::from_secs(10);
+    let first = Seat::open(&db.url).await.unwrap();
+    let first = match first.campaign(&candidate("m1"), ttl).await.unwrap() {
+        Ok(held) => held,
+        Err(_) => panic!("the only candidate is elected"),
+    };
+    let first_term = first.term();
+    let (old, _) = store.fenced(first_term);
+    let leader = store.leader().await.unwrap().expect("a leader");
+    assert_eq!((leader.id.as_str(), leader.term), ("m1", first_term));
+
+    let second = Seat::open(&db.url).await.unwrap();
+    let mut seat = match second.campaign(&candidate("m2"), ttl).await.unwrap() {
+        Ok(_) => panic!("two masters led at once"),
+        Err(seat) => seat,
+    };
+    let kept = submit(&old, vec![new_task("ppo", 0)]).await;
+
+    first.resign().await;
+    let mut second = loop {
+        // The server releases the lock as the session ends.
+        match seat.campaign(&candidate("m2"), ttl).await.unwrap() {
+            Ok(held) => break held,
+            Err(again) => seat = again,
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        second.term(),
+        first_term + 1,
+        "each election raises the term"
+    );
+    let leader = store.leader().await.unwrap().expect("a leader");
+    assert_eq!((leader.id.as_str(), leader.term), ("m2", second.term()));
+    second
+        .confirm()
+        .await
+        .expect("the new leader confirms its term");
+
+    let refused = old
+        .apply(&Batch {
+            now_ms: NOW,
+            inserts: vec![new_task("ppo", 0)],
+            sweeps: vec![],
+            writes: vec![dispatch(kept[0], 0, "h1")],
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Deposed { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        old.upsert_host(&HostRecord {
+            id: "h1".into(),
+            slots: 1,
+            adapters: vec![],
+            agent: "x".into(),
+            first_seen_ms: NOW,
+            last_seen_ms: NOW,
+            capacity: None,
+        })
+        .await,
+        Err(StoreError::Deposed { .. })
+    ));
+    let pending = store.pending().await.unwrap();
+    assert_eq!(
+        pending.iter().map(|t| t.id).collect::<Vec<_>>(),
+        kept,
+        "the deposed leader inserted and dispatched nothing"
+    );
+    assert!(store.hosts().await.unwrap().is_empty());
+
+    let (new, _) = store.fenced(second.term());
+    assert_eq!(
+        apply(&new, NOW, vec![dispatch(kept[0], 0, "h1")]).await,
+        vec![true]
+    );
+    second.resign().await;
+    assert_eq!(
+        store.leader().await.unwrap(),
+        None,
+        "none leads once it resigned"
+    );
+    store.close().await;
 }
