@@ -239,6 +239,11 @@ async fn killing_the_leader_under_load_hands_over_within_the_lease_and_loses_not
         short.push(f.submit(json!({"adapter": "noop", "params": {}})).await);
     }
     f.c.wait_for_hosts(2).await;
+    // The CLI, given every master, finds the leader and says which it is.
+    let health = f.c.cli(&["health"]);
+    assert!(health.contains(&format!("at {leader}")), "{health}");
+    let hosts = f.c.cli(&["hosts"]);
+    assert!(hosts.contains(&format!("at {leader}")), "{hosts}");
     for id in &short {
         let done = f.completed(*id).await;
         assert_eq!(done.attempts.len(), 1, "task {id}: {:?}", done.attempts);
@@ -263,7 +268,7 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_steps_down_when_it_wakes
     f.c.master().pause();
     let (took, leader) = f.new_leader(before, paused).await;
     assert!(
-        took <= TTL + Duration::from_secs(1) + common_pause_slack(),
+        took <= TTL + Duration::from_secs(1) + IN_TRANSACTION_SLACK,
         "a standby led {took:?} after the leader froze (lease {TTL:?})\n{}",
         f.logs()
     );
@@ -291,9 +296,7 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_steps_down_when_it_wakes
 /// A frozen leader may be inside a transaction: the server ends it only
 /// after `idle_in_transaction_session_timeout`, and its term's share lock
 /// holds the successor back until then.
-fn common_pause_slack() -> Duration {
-    Duration::from_secs(3)
-}
+const IN_TRANSACTION_SLACK: Duration = Duration::from_secs(3);
 
 /// A TCP relay to PostgreSQL that the test can turn into a black hole:
 /// connections stay open and nothing more passes, as in a partition.

@@ -461,13 +461,16 @@ mod tests {
     use std::sync::Mutex;
     use tokio::net::TcpListener;
 
+    /// The names of the listeners dialled, in order.
+    type Seen = Arc<Mutex<Vec<&'static str>>>;
+
     /// A listener that records which addresses were dialled, in order; a
     /// standby's sends `Standby { leader }` first, the others just hold the
     /// connection.
     async fn listener(
         name: &'static str,
         standby: Option<Option<String>>,
-        seen: Arc<Mutex<Vec<&'static str>>>,
+        seen: Seen,
     ) -> (String, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -514,15 +517,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_standbys_hint_is_dialled_next_skipping_the_addresses_between() {
-        let seen = Arc::new(Mutex::new(vec![]));
-        let (leader, _l) = listener("leader", None, seen.clone()).await;
-        let (other, _o) = listener("other", None, seen.clone()).await;
-        let (standby, _s) = listener("standby", Some(Some(leader.clone())), seen.clone()).await;
+    /// Runs a host's connection loop over `masters` until two of the
+    /// listeners have been dialled (or 5 s passed); returns which, in order.
+    async fn first_two_dialled(masters: &str, seen: &Seen) -> Vec<&'static str> {
         let (tx, _rx) = mpsc::channel(8);
         let host = tokio::spawn(run(
-            config(&format!("{standby}, {other}, {leader}")),
+            config(masters),
             AgentHandle { tx },
             Arc::new(Contact::new()),
             None,
@@ -532,7 +532,18 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         host.abort();
-        assert_eq!(*seen.lock().unwrap(), ["standby", "leader"]);
+        let dialled = seen.lock().unwrap().clone();
+        dialled
+    }
+
+    #[tokio::test]
+    async fn a_standbys_hint_is_dialled_next_skipping_the_addresses_between() {
+        let seen = Arc::new(Mutex::new(vec![]));
+        let (leader, _l) = listener("leader", None, seen.clone()).await;
+        let (other, _o) = listener("other", None, seen.clone()).await;
+        let (standby, _s) = listener("standby", Some(Some(leader.clone())), seen.clone()).await;
+        let dialled = first_two_dialled(&format!("{standby}, {other}, {leader}"), &seen).await;
+        assert_eq!(dialled, ["standby", "leader"]);
     }
 
     #[tokio::test]
@@ -540,18 +551,7 @@ mod tests {
         let seen = Arc::new(Mutex::new(vec![]));
         let (next, _n) = listener("next", None, seen.clone()).await;
         let (standby, _s) = listener("standby", Some(None), seen.clone()).await;
-        let (tx, _rx) = mpsc::channel(8);
-        let host = tokio::spawn(run(
-            config(&format!("{standby},{next}")),
-            AgentHandle { tx },
-            Arc::new(Contact::new()),
-            None,
-        ));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        host.abort();
-        assert_eq!(*seen.lock().unwrap(), ["standby", "next"]);
+        let dialled = first_two_dialled(&format!("{standby},{next}"), &seen).await;
+        assert_eq!(dialled, ["standby", "next"]);
     }
 }

@@ -205,13 +205,16 @@ async fn migrations_run_once_and_reconnecting_is_a_no_op(store: Store) {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
     };
-    let files = std::fs::read_dir(format!("{}/../migrations/{dir}", env!("CARGO_MANIFEST_DIR")))
-        .unwrap()
-        .filter(|f| {
-            f.as_ref()
-                .is_ok_and(|f| f.path().extension().is_some_and(|e| e == "sql"))
-        })
-        .count() as i64;
+    let files = std::fs::read_dir(format!(
+        "{}/../migrations/{dir}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+    .filter(|f| {
+        f.as_ref()
+            .is_ok_and(|f| f.path().extension().is_some_and(|e| e == "sql"))
+    })
+    .count() as i64;
     assert_eq!(migrations, files, "each migration is recorded once");
     let pending = again.pending().await.unwrap();
     assert_eq!(
