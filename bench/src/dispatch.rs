@@ -290,28 +290,8 @@ async fn one_backend(
     };
     let cpu_before = pids.cpu();
     let turns_before = turns(&client).await?;
-    let mut sent = Sent::new();
     let started = Instant::now();
-    // Several clients submitting at once, as a fleet's users would.
-    let sizes: Vec<usize> = (0..tasks)
-        .step_by(SUBMIT_BATCH)
-        .map(|start| SUBMIT_BATCH.min(tasks - start))
-        .collect();
-    let batches: Vec<anyhow::Result<Sent>> = futures::stream::iter(sizes)
-        .map(|n| {
-            let (client, params) = (&client, &params);
-            async move {
-                let mut part = Sent::new();
-                submit(client, params, n, &mut part).await?;
-                Ok(part)
-            }
-        })
-        .buffer_unordered(SUBMITTERS)
-        .collect()
-        .await;
-    for part in batches {
-        sent.extend(part?);
-    }
+    let sent = submit_all(&client, &params, tasks).await?;
     let submitted_in = started.elapsed();
     wait_terminal(&client, warm + tasks, Duration::from_secs(600)).await?;
     let cpu_used = pids.cpu().since(&cpu_before);
@@ -478,6 +458,34 @@ pub async fn submit(
         sent.insert(id, at);
     }
     Ok(())
+}
+
+/// Submits `tasks` tasks of the noop adapter at once: batches of
+/// [`SUBMIT_BATCH`], [`SUBMITTERS`] requests in flight, as several of a
+/// fleet's users would (the saturation phase).
+pub async fn submit_all(
+    client: &ApiClient,
+    params: &serde_json::Value,
+    tasks: usize,
+) -> anyhow::Result<Sent> {
+    let sizes: Vec<usize> = (0..tasks)
+        .step_by(SUBMIT_BATCH)
+        .map(|start| SUBMIT_BATCH.min(tasks - start))
+        .collect();
+    let batches: Vec<anyhow::Result<Sent>> = futures::stream::iter(sizes)
+        .map(|n| async move {
+            let mut part = Sent::new();
+            submit(client, params, n, &mut part).await?;
+            Ok(part)
+        })
+        .buffer_unordered(SUBMITTERS)
+        .collect()
+        .await;
+    let mut sent = Sent::new();
+    for part in batches {
+        sent.extend(part?);
+    }
+    Ok(sent)
 }
 
 /// The task's `n` lines reached the master as progress points and log

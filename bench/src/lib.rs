@@ -18,7 +18,7 @@
 //! - [`report`]: rows, the table, figures.
 //! - [`probe`]: CPU and memory of a process, from `/proc`.
 //! - one module per benchmark: [`dispatch`], [`adapter`], [`recovery`],
-//!   [`storm`], [`sweep`], [`memory`], [`containment`], [`dashboard`],
+//!   [`failover`], [`storm`], [`sweep`], [`memory`], [`containment`], [`dashboard`],
 //!   [`python_env`].
 
 pub mod adapter;
@@ -26,6 +26,7 @@ pub mod containment;
 pub mod dashboard;
 pub mod dispatch;
 pub mod env;
+pub mod failover;
 pub mod fleet;
 pub mod memory;
 pub mod probe;
@@ -53,6 +54,10 @@ pub enum Bench {
     Adapter,
     /// SIGKILL a host mid-task: time until the task runs again, and completes.
     Recovery,
+    /// Three masters on PostgreSQL, the leader killed with SIGKILL: time
+    /// until a standby dispatches and every host is back; what two
+    /// standbys cost the dispatch rate.
+    Failover,
     /// 1,000 light hosts, master restarted: time until all are back.
     Storm,
     /// The recovery sweep and start-up reconciliation with 10,000 live tasks.
@@ -100,7 +105,8 @@ pub struct Args {
     /// Run each benchmark at a tiny size: checks they work, measures nothing.
     #[arg(long)]
     pub smoke: bool,
-    /// The databases for dispatch, spawn and sweep. PostgreSQL is reached
+    /// The databases for dispatch, spawn and sweep (failover runs on
+    /// PostgreSQL only, and not with `sqlite`). PostgreSQL is reached
     /// through `TRAINYARD_TEST_DATABASE_URL` (a database is created per run).
     #[arg(long, value_enum, default_value = "both")]
     pub backends: Backends,
@@ -118,11 +124,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let wants = |b: Bench| all || args.bench == b;
     let mut rows: Vec<Row> = vec![];
 
-    let steps: [(Bench, &str); 12] = [
+    let steps: [(Bench, &str); 13] = [
         (Bench::Dispatch, "dispatch"),
         (Bench::Spawn, "spawn"),
         (Bench::Adapter, "adapter"),
         (Bench::Recovery, "recovery"),
+        (Bench::Failover, "failover"),
         (Bench::Storm, "storm"),
         (Bench::Sweep, "sweep"),
         (Bench::Memory, "memory"),
@@ -142,6 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Spawn => dispatch::run(&env, args.backends, dispatch::Work::Spawn).await,
             Bench::Adapter => adapter::run(&env).await,
             Bench::Recovery => recovery::run(&env).await,
+            Bench::Failover => failover::run(&env, args.backends).await,
             Bench::Storm => storm::run(&env).await,
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,

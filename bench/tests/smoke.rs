@@ -27,6 +27,7 @@ fn every_benchmark_runs_at_smoke_size() {
         "visibility",
         "adapter",
         "recovery",
+        "failover",
         "storm",
         "sweep",
         "memory",
