@@ -19,11 +19,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// any outgoing connection on the machine may take it (seen with several
 /// test clusters running at once).
 pub fn free_port() -> u16 {
+    // A port is free only until someone binds it: never hand the same one
+    // out twice in one process (a cluster's two listeners once got one).
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let (low, high) = listen_range(ephemeral_range());
     let span = u64::from(high - low) + 1;
     for _ in 0..1000 {
         let port = low + (random_u64() % span) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
             return port;
         }
     }
@@ -197,12 +202,14 @@ mod tests {
         assert_eq!(listen_range((1024, 40000)), (40001, 65535));
         assert_eq!(listen_range((1500, 65000)), (1024, 65535));
         let (low, high) = listen_range(super::ephemeral_range());
-        for _ in 0..20 {
+        let mut given = std::collections::HashSet::new();
+        for _ in 0..2000 {
             let port = free_port();
             assert!(
                 (low..=high).contains(&port),
                 "{port} outside {low}..={high}"
             );
+            assert!(given.insert(port), "{port} handed out twice");
         }
     }
 }
