@@ -547,10 +547,16 @@ async fn a_crashed_trainer_is_retried_from_its_checkpoint_and_a_hopeless_one_fai
 ) {
     let _serial = serial();
     let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    // Episodes at a trainer's pace (10 ms), not all 55 within a few
+    // milliseconds: on a loaded machine a trainer that outruns the host's
+    // handling of its output can fail before its last checkpoints reach the
+    // master, whose recovery sweep may then take the failure's report from
+    // Redis first (a known gap: every sweep records the reports it finds
+    // there at once, scheduler/recover.rs).
     let retried = c
         .submit(json!({
             "adapter": "test-trainer",
-            "params": {"episodes": 100, "checkpoint_every": 10, "fail_at_episode": 55, "fail_until_attempt": 1},
+            "params": {"episodes": 100, "checkpoint_every": 10, "fail_at_episode": 55, "fail_until_attempt": 1, "step_delay_ms": 10},
         }))
         .await;
     let hopeless = c
