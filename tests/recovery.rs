@@ -547,16 +547,14 @@ async fn a_crashed_trainer_is_retried_from_its_checkpoint_and_a_hopeless_one_fai
 ) {
     let _serial = serial();
     let c = TestCluster::start(Setup::new("sqlite"), 1).await;
-    // Episodes at a trainer's pace (10 ms), not all 55 within a few
-    // milliseconds: on a loaded machine a trainer that outruns the host's
-    // handling of its output can fail before its last checkpoints reach the
-    // master, whose recovery sweep may then take the failure's report from
-    // Redis first (a known gap: every sweep records the reports it finds
-    // there at once, scheduler/recover.rs).
+    // All 55 episodes come within a few milliseconds, so the failure's
+    // report is in Redis before the master has handled the progress that
+    // carried the last checkpoints: the sweep must leave a connected host's
+    // report to its connection (recovery::take_redis_report).
     let retried = c
         .submit(json!({
             "adapter": "test-trainer",
-            "params": {"episodes": 100, "checkpoint_every": 10, "fail_at_episode": 55, "fail_until_attempt": 1, "step_delay_ms": 10},
+            "params": {"episodes": 100, "checkpoint_every": 10, "fail_at_episode": 55, "fail_until_attempt": 1},
         }))
         .await;
     let hopeless = c

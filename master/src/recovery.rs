@@ -142,6 +142,18 @@ pub fn sweep(
     }
 }
 
+/// Whether the sweep records now a report it found in Redis.
+///
+/// A connected host sends its report over the connection as well, after the
+/// progress and checkpoints that came before it. Taking the Redis copy first
+/// could end the attempt before those are handled, and requeue the task from
+/// an older checkpoint. So the report of a connected host is left for the
+/// connection to deliver, and taken from Redis only if the next sweep still
+/// finds it there (a lost message, or a connection that went quiet).
+pub fn take_redis_report(host_connected: bool, left_by_last_sweep: bool) -> bool {
+    !host_connected || left_by_last_sweep
+}
+
 /// What a report of the current attempt does to the task.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReportDecision {
@@ -269,6 +281,22 @@ mod tests {
             worker: HostId::new(host).unwrap().worker(slot),
             attempt,
         }
+    }
+
+    #[test]
+    fn a_redis_report_of_a_connected_host_waits_one_sweep() {
+        assert!(
+            take_redis_report(false, false),
+            "a gone host's report is taken at once"
+        );
+        assert!(
+            !take_redis_report(true, false),
+            "the connection delivers it, after its progress"
+        );
+        assert!(
+            take_redis_report(true, true),
+            "still there a sweep later: taken"
+        );
     }
 
     #[test]

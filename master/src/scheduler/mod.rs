@@ -41,6 +41,7 @@ use crate::store::{Batch, Store, Write};
 use cycle::{Cycle, WriteKind};
 use serde::Serialize;
 use state::{SessionId, State};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +52,7 @@ use trainyard_proto::messages::{
 };
 use trainyard_proto::redis_link::RedisLink;
 use trainyard_proto::resources::HostCapacity;
-use trainyard_proto::{now_ms, HostId, TaskId, Timers};
+use trainyard_proto::{now_ms, AttemptRef, HostId, TaskId, Timers};
 
 /// A request to the scheduler.
 pub enum Command {
@@ -329,6 +330,9 @@ pub struct Scheduler {
     epoch: Epoch,
     redis_ok: bool,
     last_sweep: Option<Instant>,
+    /// Reports the last sweep found in Redis and left for their connected
+    /// hosts to deliver; the next sweep takes those still there.
+    reports_left: HashSet<AttemptRef>,
     /// What the sweeps and the reconciliation cost, for `Overview`.
     costs: recover::RecoveryCosts,
     /// What `/metrics` shows besides `costs`.
@@ -393,6 +397,7 @@ impl Scheduler {
             },
             redis_ok: false,
             last_sweep: None,
+            reports_left: HashSet::new(),
             costs: recover::RecoveryCosts::default(),
             tally: tally::Tally::default(),
             turns: 0,

@@ -1,5 +1,7 @@
 //! The recovery sweep and start-up reconciliation, scheduler side: read one
-//! Redis snapshot, record the reports waiting there, decide each live task
+//! Redis snapshot, record the reports waiting there (a connected host's only
+//! at the second sweep that finds it, see [`recovery::take_redis_report`]),
+//! decide each live task
 //! with [`crate::recovery::sweep`], and give up attempts only after fencing
 //! them off in Redis — so an attempt the master gave up can never take or
 //! renew a lease afterwards.
@@ -14,6 +16,7 @@ use super::{Epoch, Scheduler};
 use crate::recovery::{self, SweepDecision};
 use crate::sweep;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant};
 use trainyard_proto::{now_ms, AttemptRef, TaskId};
@@ -189,9 +192,17 @@ impl Scheduler {
             .time(self.observe_epoch(snapshot.epoch.clone(), &mut con))
             .await;
 
+        let mut left = HashSet::new();
         for report in snapshot.reports {
-            self.report(report, None, cycle);
+            let connected = self.state.hosts.contains_key(&report.host);
+            let left_before = self.reports_left.contains(&report.attempt);
+            if recovery::take_redis_report(connected, left_before) {
+                self.report(report, None, cycle);
+            } else {
+                left.insert(report.attempt);
+            }
         }
+        self.reports_left = left;
         if !snapshot.dangling.is_empty() || !snapshot.garbage.is_empty() {
             meter.round_trips += meter
                 .time(self.forget_reports(&snapshot.dangling, &snapshot.garbage))
@@ -206,6 +217,10 @@ impl Scheduler {
             let Some(live) = self.state.live.get(task) else {
                 continue;
             };
+            // Its report is on its way over the connection.
+            if self.reports_left.contains(&live.attempt_ref(*task)) {
+                continue;
+            }
             match recovery::sweep(&live.view(), lease, now, trustworthy) {
                 SweepDecision::Keep => {}
                 SweepDecision::MarkRunning { slot } => {
