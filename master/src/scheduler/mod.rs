@@ -319,6 +319,37 @@ impl Epoch {
     }
 }
 
+/// How a turn's transaction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Commit {
+    Done,
+    Failed,
+    /// Refused: another master's term has begun (see `store::leadership`).
+    Deposed,
+}
+
+impl Commit {
+    fn failed(error: &crate::store::StoreError) -> Self {
+        if matches!(error, crate::store::StoreError::Deposed { .. }) {
+            Commit::Deposed
+        } else {
+            Commit::Failed
+        }
+    }
+}
+
+/// Whether a message of the turn goes out after its commit. After a failed
+/// commit the state is reloaded, and every message still goes out but a
+/// report's acknowledgement: the host keeps the report and sends it again.
+/// A deposed master sends nothing: its hosts are the new leader's.
+fn goes_out(message: &MasterMessage, commit: Commit) -> bool {
+    match commit {
+        Commit::Done => true,
+        Commit::Failed => !matches!(message, MasterMessage::ReportAck { .. }),
+        Commit::Deposed => false,
+    }
+}
+
 pub struct Scheduler {
     state: State,
     store: Store,
@@ -654,17 +685,16 @@ impl Scheduler {
 
     /// Commits the turn's writes, then acts on them.
     async fn commit(&mut self, mut cycle: Cycle) {
-        let committed = if cycle.has_writes() {
+        let commit = if cycle.has_writes() {
             self.apply(&mut cycle).await
         } else {
-            true
+            Commit::Done
         };
+        let committed = commit == Commit::Done;
         for (host, session, message) in cycle.messages.drain(..) {
-            if matches!(message, MasterMessage::ReportAck { .. }) && !committed {
-                // The host keeps the report and sends it again.
-                continue;
+            if goes_out(&message, commit) {
+                self.deliver(&host, session, message);
             }
-            self.deliver(&host, session, message);
         }
         if committed {
             for counted in cycle.counted.drain(..) {
@@ -684,8 +714,8 @@ impl Scheduler {
         }
     }
 
-    /// Runs the database transaction of a turn; returns whether it committed.
-    async fn apply(&mut self, cycle: &mut Cycle) -> bool {
+    /// Runs the database transaction of a turn; returns how it ended.
+    async fn apply(&mut self, cycle: &mut Cycle) -> Commit {
         let now = now_ms();
         let payloads = if cycle.dispatches.is_empty() {
             Ok(vec![])
@@ -698,7 +728,7 @@ impl Scheduler {
             Err(e) => {
                 tracing::error!(error = %e, "cannot load dispatch payloads; reloading state");
                 self.fail_submits(cycle, &e.to_string());
-                return false;
+                return Commit::failed(&e);
             }
         };
         let (writes, kinds, offset) = cycle.take_writes();
@@ -714,7 +744,7 @@ impl Scheduler {
             Err(e) => {
                 tracing::error!(error = %e, "task store write failed; reloading state");
                 self.fail_submits(cycle, &e.to_string());
-                return false;
+                return Commit::failed(&e);
             }
         };
         for (i, applied) in result.applied.iter().enumerate() {
@@ -800,7 +830,7 @@ impl Scheduler {
             });
             self.deliver(&d.host, d.session, message);
         }
-        true
+        Commit::Done
     }
 
     fn fail_submits(&mut self, cycle: &mut Cycle, error: &str) {
@@ -919,5 +949,24 @@ impl Scheduler {
             .collect();
         hosts.sort_by(|a, b| a.id.cmp(&b.id));
         hosts
+    }
+}
+
+#[cfg(test)]
+mod commit_tests {
+    use super::*;
+
+    #[test]
+    fn a_deposed_master_sends_nothing_and_a_failed_commit_acknowledges_no_report() {
+        let ack = MasterMessage::ReportAck {
+            attempt: AttemptRef::new(7, 1),
+        };
+        let cancel = MasterMessage::Cancel {
+            attempt: AttemptRef::new(7, 1),
+        };
+        let sent = |commit| (goes_out(&ack, commit), goes_out(&cancel, commit));
+        assert_eq!(sent(Commit::Done), (true, true));
+        assert_eq!(sent(Commit::Failed), (false, true));
+        assert_eq!(sent(Commit::Deposed), (false, false));
     }
 }
