@@ -199,9 +199,13 @@ pub async fn serve_hosts(
     tls: Option<TlsAcceptor>,
     leader: watch::Receiver<Option<Leader>>,
     timeout: Duration,
+    max_connections: usize,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    // As many at once as the leader's listener takes: each is closed after
+    // one message or `timeout`, but a flood must not grow without bound.
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
         let (stream, addr) = tokio::select! {
             _ = &mut shutdown => break,
@@ -214,6 +218,10 @@ pub async fn serve_hosts(
                 }
             },
         };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::warn!(%addr, limit = max_connections, "connection limit reached; closing new connection");
+            continue;
+        };
         let hint = leader.borrow().as_ref().map(|l| l.hosts_addr.clone());
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -221,6 +229,7 @@ pub async fn serve_hosts(
             if !matches!(told, Ok(Ok(()))) {
                 tracing::debug!(%addr, "could not tell a host who leads");
             }
+            drop(permit);
         });
     }
 }
@@ -244,6 +253,48 @@ async fn tell_leader(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TLS acceptor with a fresh self-signed certificate.
+    fn acceptor(dir: &std::path::Path) -> TlsAcceptor {
+        let issued = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, issued.cert.pem()).unwrap();
+        std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+        let tls = trainyard_proto::tls::ServerTls {
+            cert,
+            key,
+            client_ca: None,
+        };
+        tls.acceptor().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_standby_closes_host_connections_past_its_limit() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_leader, seen) = watch::channel(None);
+        let handshake = Duration::from_secs(60);
+        let served = serve_hosts(
+            listener,
+            Some(acceptor(dir.path())),
+            seen,
+            handshake,
+            1,
+            std::future::pending(),
+        );
+        tokio::spawn(served);
+        // Says nothing: its TLS handshake holds the one place until the
+        // handshake timeout.
+        let _stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut refused = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(20), refused.read(&mut byte))
+            .await
+            .expect("the connection past the limit is closed, not left to its handshake");
+        assert_eq!(read.unwrap_or(0), 0, "closed without a word");
+    }
 
     #[test]
     fn a_leader_steps_down_before_the_server_would_end_its_session() {

@@ -346,6 +346,7 @@ async fn stand_by(
         hosts_tls.clone(),
         leader_seen.clone(),
         config.timers.handshake_timeout,
+        config.max_connections,
         until_stopped(),
     ));
     let app = api::standby::router(api::standby::StandbyState {
