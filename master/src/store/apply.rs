@@ -11,7 +11,7 @@ use super::batch::{self, Action, Batch, BatchResult, Next, Write};
 use super::statements::*;
 use super::values::{self, Col, Param};
 use super::{json, Backend, Result, Store, StoreError};
-use crate::model::{AttemptOutcome, NewTask, StoredCheckpoint, TaskStatus};
+use crate::model::{NewTask, StoredCheckpoint, TaskStatus};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use std::borrow::Cow;
@@ -43,22 +43,18 @@ pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
     .await?;
     let mut applied = vec![false; batch.writes.len()];
     for group in &groups {
-        let with_id = |&i: &usize| {
-            let write = &batch.writes[i];
-            // An id beyond i64 names no stored task: it cannot apply.
-            i64::try_from(write.task()).ok().map(|id| (write, id))
-        };
-        let writes: Vec<(&Write, i64)> = group.writes.iter().filter_map(with_id).collect();
-        let starts: Vec<(&Write, i64)> = group.starts.iter().filter_map(with_id).collect();
-        let done = writer.run_group(group.action, &writes, &starts).await?;
-        let applies = |i: usize, done: &HashSet<i64>| {
-            i64::try_from(batch.writes[i].task()).is_ok_and(|id| done.contains(&id))
-        };
+        let writes: Vec<(&Write, i64)> = group
+            .writes
+            .iter()
+            .filter_map(|&i| {
+                let write = &batch.writes[i];
+                // An id beyond i64 names no stored task: it cannot apply.
+                i64::try_from(write.task()).ok().map(|id| (write, id))
+            })
+            .collect();
+        let done = writer.run_group(group.action, &writes).await?;
         for &i in &group.writes {
-            applied[i] = applies(i, &done.writes);
-        }
-        for &i in &group.starts {
-            applied[i] = applies(i, &done.starts);
+            applied[i] = i64::try_from(batch.writes[i].task()).is_ok_and(|id| done.contains(&id));
         }
     }
     tx.commit()
@@ -144,16 +140,12 @@ impl Writer<'_> {
     }
 
     /// Runs one group's statements; returns the ids of the tasks it changed.
-    /// `starts` are the starts merged into the finishes of a
-    /// [`Action::StartFinish`] group.
     async fn run_group(
         &mut self,
         action: Action,
         writes: &[(&Write, i64)],
-        starts: &[(&Write, i64)],
-    ) -> Result<Applied> {
-        let changed = match action {
-            Action::StartFinish => return self.start_finish(starts, writes).await,
+    ) -> Result<HashSet<i64>> {
+        match action {
             Action::Dispatch => self.dispatch(writes).await,
             Action::Start => self.start(writes).await,
             Action::Progress => self.progress(writes).await,
@@ -189,8 +181,7 @@ impl Writer<'_> {
                 )
                 .await
             }
-        }?;
-        Ok(changed.into())
+        }
     }
 
     /// Runs a task statement and collects the ids it returned.
@@ -304,65 +295,6 @@ impl Writer<'_> {
         Ok(done)
     }
 
-    /// Starts and finishes attempts in one update each of the task and the
-    /// attempt row, where the task is still DISPATCHED at that attempt (as
-    /// the start expects). Where it is not, the start would not have
-    /// applied, so the finish runs alone, as it would after that start.
-    async fn start_finish(
-        &mut self,
-        starts: &[(&Write, i64)],
-        finishes: &[(&Write, i64)],
-    ) -> Result<Applied> {
-        let mut tasks = Vec::with_capacity(finishes.len());
-        let mut attempts = Vec::with_capacity(finishes.len());
-        for ((start, id), (finish, _)) in starts.iter().zip(finishes) {
-            let (
-                Write::Start {
-                    slot, assignment, ..
-                },
-                Some(row),
-            ) = (start, FinishRow::of(finish)?)
-            else {
-                continue;
-            };
-            let (task, attempt) = row.into_params();
-            tasks.push(keyed(*id, finish, [Param::int(*slot)], task));
-            let assignment = assignment.as_ref().map(json::assignment).transpose()?;
-            let started = [Param::int(*slot), Param::Text(assignment.map(Cow::Owned))];
-            attempts.push((*id, keyed(*id, finish, started, attempt)));
-        }
-        let action = "record attempts started and finished";
-        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Int]
-            .into_iter()
-            .chain(FINISH_TASK_COLS)
-            .collect();
-        let both = self
-            .changed(action, &start_finish_tasks(), &cols, &tasks)
-            .await?;
-        self.follow_up(
-            action,
-            START_FINISH_ATTEMPTS,
-            START_FINISH_ATTEMPT_COLS,
-            attempts,
-            &both,
-        )
-        .await?;
-        let alone: Vec<(&Write, i64)> = finishes
-            .iter()
-            .filter(|(_, id)| !both.contains(id))
-            .copied()
-            .collect();
-        let finished_alone = if alone.is_empty() {
-            HashSet::new()
-        } else {
-            self.finish(&alone).await?
-        };
-        Ok(Applied {
-            writes: both.iter().copied().chain(finished_alone).collect(),
-            starts: both,
-        })
-    }
-
     async fn progress(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
         let mut rows = Vec::with_capacity(writes.len());
         for (write, id) in writes {
@@ -393,17 +325,52 @@ impl Writer<'_> {
         let mut tasks = Vec::with_capacity(writes.len());
         let mut attempts = Vec::with_capacity(writes.len());
         for (write, id) in writes {
-            let Some(finish) = FinishRow::of(write)? else {
+            let Write::Finish {
+                attempt,
+                outcome,
+                error,
+                metrics,
+                next,
+            } = write
+            else {
                 continue;
             };
-            let (task, attempt) = finish.into_params();
-            tasks.push(keyed(*id, write, [], task));
-            attempts.push((*id, keyed(*id, write, [], attempt)));
+            let (status, result, task_error, checkpoint) = match next {
+                Next::Completed { result, checkpoint } => (
+                    TaskStatus::Completed,
+                    Some(json::result(result)?),
+                    None,
+                    checkpoint.as_ref(),
+                ),
+                Next::Failed { error } => (TaskStatus::Failed, None, Some(error.as_str()), None),
+                Next::Cancelled => (TaskStatus::Cancelled, None, None, None),
+                Next::Requeue => (TaskStatus::Pending, None, None, None),
+            };
+            let mut row = vec![
+                Param::int(*id),
+                Param::int(attempt.attempt),
+                Param::text(status.as_str()),
+                Param::Text(result.map(Cow::Owned)),
+                Param::opt_text(task_error),
+            ];
+            row.extend(checkpoint_params(checkpoint));
+            tasks.push(row);
+            let metrics = metrics.as_ref().map(json::metrics).transpose()?;
+            attempts.push((
+                *id,
+                vec![
+                    Param::int(*id),
+                    Param::int(attempt.attempt),
+                    Param::text(outcome.as_str()),
+                    Param::opt_text(error.as_deref()),
+                    Param::Text(metrics.map(Cow::Owned)),
+                ],
+            ));
         }
         let action = "record finished attempts";
-        let cols: Vec<Col> = [Col::Int, Col::Int]
+        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Text, Col::Text, Col::Text]
             .into_iter()
-            .chain(FINISH_TASK_COLS)
+            .chain(CHECKPOINT_COLS)
             .collect();
         let done = self.changed(action, &finish_tasks(), &cols, &tasks).await?;
         self.follow_up(
@@ -415,108 +382,6 @@ impl Writer<'_> {
         )
         .await?;
         Ok(done)
-    }
-}
-
-/// A statement row: the task's id and the write's attempt, then `extra`,
-/// then `rest`.
-fn keyed<'w, const N: usize>(
-    id: i64,
-    write: &Write,
-    extra: [Param<'w>; N],
-    rest: Vec<Param<'w>>,
-) -> Vec<Param<'w>> {
-    let attempt = match write {
-        Write::Start { attempt, .. } | Write::Finish { attempt, .. } => attempt.attempt,
-        _ => 0,
-    };
-    let mut row = Vec::with_capacity(2 + N + rest.len());
-    row.extend([Param::int(id), Param::int(attempt)]);
-    row.extend(extra);
-    row.extend(rest);
-    row
-}
-
-/// The tasks a group's statements changed: by its writes, and by the starts
-/// merged into them ([`Action::StartFinish`]).
-#[derive(Default)]
-struct Applied {
-    writes: HashSet<i64>,
-    starts: HashSet<i64>,
-}
-
-impl From<HashSet<i64>> for Applied {
-    fn from(writes: HashSet<i64>) -> Self {
-        Self {
-            writes,
-            starts: HashSet::new(),
-        }
-    }
-}
-
-/// What a finish writes, to the task and to its attempt row: the columns
-/// after the id and attempt that [`Writer::finish`] and
-/// [`Writer::start_finish`] share.
-struct FinishRow<'w> {
-    status: TaskStatus,
-    result: Option<String>,
-    task_error: Option<&'w str>,
-    checkpoint: Option<&'w StoredCheckpoint>,
-    outcome: AttemptOutcome,
-    error: Option<&'w str>,
-    metrics: Option<String>,
-}
-
-impl<'w> FinishRow<'w> {
-    /// `None` for a write that is not a finish.
-    fn of(write: &'w Write) -> Result<Option<Self>> {
-        let Write::Finish {
-            outcome,
-            error,
-            metrics,
-            next,
-            ..
-        } = write
-        else {
-            return Ok(None);
-        };
-        let (status, result, task_error, checkpoint) = match next {
-            Next::Completed { result, checkpoint } => (
-                TaskStatus::Completed,
-                Some(json::result(result)?),
-                None,
-                checkpoint.as_ref(),
-            ),
-            Next::Failed { error } => (TaskStatus::Failed, None, Some(error.as_str()), None),
-            Next::Cancelled => (TaskStatus::Cancelled, None, None, None),
-            Next::Requeue => (TaskStatus::Pending, None, None, None),
-        };
-        Ok(Some(Self {
-            status,
-            result,
-            task_error,
-            checkpoint,
-            outcome: *outcome,
-            error: error.as_deref(),
-            metrics: metrics.as_ref().map(json::metrics).transpose()?,
-        }))
-    }
-
-    /// The task's columns ([`FINISH_TASK_COLS`]) and the attempt row's
-    /// (outcome, error, metrics).
-    fn into_params(self) -> (Vec<Param<'w>>, Vec<Param<'w>>) {
-        let mut task = vec![
-            Param::text(self.status.as_str()),
-            Param::Text(self.result.map(Cow::Owned)),
-            Param::opt_text(self.task_error),
-        ];
-        task.extend(checkpoint_params(self.checkpoint));
-        let attempt = vec![
-            Param::text(self.outcome.as_str()),
-            Param::opt_text(self.error),
-            Param::Text(self.metrics.map(Cow::Owned)),
-        ];
-        (task, attempt)
     }
 }
 

@@ -129,10 +129,6 @@ impl Write {
 pub(super) enum Action {
     Dispatch,
     Start,
-    /// A start and the finish of the same attempt that follows it: one
-    /// update of the task and of its attempt row instead of two each (a
-    /// short attempt usually starts and ends within one turn).
-    StartFinish,
     Progress,
     Finish,
     RequestCancel,
@@ -143,37 +139,20 @@ pub(super) enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Group {
     pub action: Action,
-    /// Indexes into the batch's writes; for [`Action::StartFinish`], the
-    /// finishes.
+    /// Indexes into the batch's writes.
     pub writes: Vec<usize>,
-    /// For [`Action::StartFinish`], the start merged into each of `writes`,
-    /// in the same order; empty otherwise.
-    pub starts: Vec<usize>,
 }
 
 /// Groups the writes into as few single-kind groups as the order of each
 /// task's writes allows. A write joins the earliest group of its kind that
 /// comes after every group holding an earlier write of the same task, so no
 /// group holds one task twice and each task's writes run in batch order.
-/// A finish whose task's previous write starts the same attempt is merged
-/// with that start ([`Action::StartFinish`]).
 pub(super) fn plan(writes: &[Write]) -> Vec<Group> {
-    let merged = start_of_finish(writes);
     let mut groups: Vec<Group> = Vec::new();
     let mut by_action: HashMap<Action, Vec<usize>> = HashMap::new();
     let mut last_group_of: HashMap<TaskId, usize> = HashMap::new();
-    let merged_starts: std::collections::HashSet<usize> = merged.values().copied().collect();
     for (i, write) in writes.iter().enumerate() {
-        if merged_starts.contains(&i) {
-            // Runs with its finish.
-            continue;
-        }
-        let start = merged.get(&i).copied();
-        let action = if start.is_some() {
-            Action::StartFinish
-        } else {
-            write.action()
-        };
+        let action = write.action();
         let earliest = last_group_of.get(&write.task()).map_or(0, |g| g + 1);
         let same_kind = by_action.entry(action).or_default();
         // `same_kind` is ascending, so the first fit is found by bisection.
@@ -184,36 +163,15 @@ pub(super) fn plan(writes: &[Write]) -> Vec<Group> {
                 groups.push(Group {
                     action,
                     writes: Vec::new(),
-                    starts: Vec::new(),
                 });
                 same_kind.push(groups.len() - 1);
                 groups.len() - 1
             }
         };
         groups[group].writes.push(i);
-        groups[group].starts.extend(start);
         last_group_of.insert(write.task(), group);
     }
     groups
-}
-
-/// For each finish whose task's previous write in the batch starts the same
-/// attempt: the finish's index, mapped to that start's.
-fn start_of_finish(writes: &[Write]) -> HashMap<usize, usize> {
-    let mut previous: HashMap<TaskId, usize> = HashMap::new();
-    let mut merged = HashMap::new();
-    for (i, write) in writes.iter().enumerate() {
-        if let Write::Finish { attempt, .. } = write {
-            if let Some(&p) = previous.get(&attempt.task) {
-                if matches!(&writes[p], Write::Start { attempt: started, .. } if started == attempt)
-                {
-                    merged.insert(i, p);
-                }
-            }
-        }
-        previous.insert(write.task(), i);
-    }
-    merged
 }
 
 /// Shows a checkpoint by its view: its bytes would flood a log line.
@@ -325,16 +283,6 @@ mod unit {
         }
     }
 
-    fn finish(task: TaskId, attempt: u32) -> Write {
-        Write::Finish {
-            attempt: AttemptRef::new(task, attempt),
-            outcome: AttemptOutcome::Completed,
-            error: None,
-            metrics: None,
-            next: Next::Requeue,
-        }
-    }
-
     fn groups(writes: &[Write]) -> Vec<(Action, Vec<usize>)> {
         plan(writes)
             .into_iter()
@@ -378,38 +326,6 @@ mod unit {
                 (Action::Start, vec![0]),
                 (Action::Start, vec![1]),
                 (Action::Start, vec![2])
-            ]
-        );
-    }
-
-    #[test]
-    fn a_start_and_the_finish_of_its_attempt_become_one_write() {
-        let writes = [start(1), start(2), finish(1, 1), finish(3, 1)];
-        let planned = plan(&writes);
-        assert_eq!(
-            groups(&writes),
-            vec![
-                (Action::Start, vec![1]),
-                (Action::StartFinish, vec![2]),
-                (Action::Finish, vec![3]),
-            ]
-        );
-        assert_eq!(planned[1].starts, vec![0], "the finish carries its start");
-        assert!(planned[0].starts.is_empty() && planned[2].starts.is_empty());
-    }
-
-    #[test]
-    fn a_start_is_merged_only_with_the_next_write_of_its_task_for_that_attempt() {
-        // Another attempt's finish, or a write between the two, keeps them
-        // apart.
-        let writes = [start(1), finish(1, 2), start(2), cancel(2), finish(2, 1)];
-        assert_eq!(
-            groups(&writes),
-            vec![
-                (Action::Start, vec![0, 2]),
-                (Action::Finish, vec![1]),
-                (Action::RequestCancel, vec![3]),
-                (Action::Finish, vec![4]),
             ]
         );
     }

@@ -77,78 +77,25 @@ pub(super) fn progress_tasks() -> String {
     )
 }
 
-/// What a finish sets on its task, `slot` being what a task that keeps its
-/// host keeps as its slot. Requeue (`v_status = 'PENDING'`) frees the host
-/// and slot and leaves the task unfinished; every other outcome is terminal
-/// and keeps the host for history.
-fn finish_set(slot: &str) -> String {
-    format!(
-        "status = v_status, result = COALESCE(v_result, result), \
-         error = COALESCE(v_error, error), \
-         host_id = CASE WHEN v_status = 'PENDING' THEN NULL ELSE host_id END, \
-         slot = CASE WHEN v_status = 'PENDING' THEN NULL ELSE {slot} END, \
-         cancel_requested = CASE WHEN v_status = 'PENDING' THEN 0 ELSE cancel_requested END, \
-         dispatch_deadline_ms = NULL, \
-         finished_at_ms = CASE WHEN v_status = 'PENDING' THEN NULL ELSE {{now}} END, \
-         {CHECKPOINT_SET}, updated_at_ms = {{now}}"
-    )
-}
-
-/// The columns of a finish's row after the task's id and attempt (and, in
-/// a start merged with it, the slot).
-const FINISH_V: &str =
-    "v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data";
-pub(super) const FINISH_TASK_COLS: [Col; 8] = {
-    let c = CHECKPOINT_COLS;
-    [
-        Col::Text,
-        Col::Text,
-        Col::Text,
-        c[0],
-        c[1],
-        c[2],
-        c[3],
-        c[4],
-    ]
-};
-
 pub(super) fn finish_tasks() -> String {
+    // Requeue (`v_status = 'PENDING'`) frees the host and slot and leaves the
+    // task unfinished; every other outcome is terminal and keeps the host
+    // for history.
     format!(
-        "WITH v(v_id, v_attempt, {FINISH_V}) AS (VALUES {{values}}) \
-         UPDATE tasks SET {} \
+        "WITH v(v_id, v_attempt, v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data) \
+         AS (VALUES {{values}}) \
+         UPDATE tasks SET status = v_status, result = COALESCE(v_result, result), \
+             error = COALESCE(v_error, error), \
+             host_id = CASE WHEN v_status = 'PENDING' THEN NULL ELSE host_id END, \
+             slot = CASE WHEN v_status = 'PENDING' THEN NULL ELSE slot END, \
+             cancel_requested = CASE WHEN v_status = 'PENDING' THEN 0 ELSE cancel_requested END, \
+             dispatch_deadline_ms = NULL, \
+             finished_at_ms = CASE WHEN v_status = 'PENDING' THEN NULL ELSE {{now}} END, \
+             {CHECKPOINT_SET}, updated_at_ms = {{now}} \
          FROM v WHERE id = v_id AND attempt = v_attempt AND {LIVE} \
-         RETURNING id",
-        finish_set("slot")
+         RETURNING id"
     )
 }
-
-/// A start and the finish of the same attempt, as one update: what the
-/// start sets, then what the finish does, applied only where the start
-/// would apply (DISPATCHED at that attempt).
-pub(super) fn start_finish_tasks() -> String {
-    format!(
-        "WITH v(v_id, v_attempt, v_slot, {FINISH_V}) AS (VALUES {{values}}) \
-         UPDATE tasks SET runs = runs + 1, started_at_ms = COALESCE(started_at_ms, {{now}}), {} \
-         FROM v WHERE id = v_id AND status = 'DISPATCHED' AND attempt = v_attempt \
-         RETURNING id",
-        finish_set("v_slot")
-    )
-}
-
-pub(super) const START_FINISH_ATTEMPTS: &str =
-    "WITH v(v_id, v_attempt, v_slot, v_assignment, v_outcome, v_error, v_metrics) AS (VALUES {values}) \
-     UPDATE attempts SET slot = v_slot, started_at_ms = {now}, assignment = v_assignment, \
-         finished_at_ms = {now}, outcome = v_outcome, error = v_error, metrics = v_metrics \
-     FROM v WHERE task_id = v_id AND attempt = v_attempt";
-pub(super) const START_FINISH_ATTEMPT_COLS: &[Col] = &[
-    Col::Int,
-    Col::Int,
-    Col::Int,
-    Col::Text,
-    Col::Text,
-    Col::Text,
-    Col::Text,
-];
 
 pub(super) const FINISH_ATTEMPTS: &str = "WITH v(v_id, v_attempt, v_outcome, v_error, v_metrics) AS (VALUES {values}) \
      UPDATE attempts SET finished_at_ms = {now}, outcome = v_outcome, error = v_error, metrics = v_metrics \

@@ -49,8 +49,6 @@ on_both_backends!(
     migrations_run_once_and_reconnecting_is_a_no_op,
     pending_is_by_priority_then_submission_order,
     a_task_lives_from_dispatch_to_completion,
-    a_start_and_its_finish_in_one_batch_equal_the_two_in_turn,
-    a_merged_start_that_cannot_apply_leaves_its_finish_to_apply_alone,
     stale_writes_apply_nothing_and_change_nothing,
     a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint,
     cancelling_pending_and_live_tasks,
@@ -404,106 +402,6 @@ async fn a_task_lives_from_dispatch_to_completion(store: Store) {
         }]
     );
     assert!(store.live().await.unwrap().is_empty());
-}
-
-fn completed(task: TaskId) -> Write {
-    let result = ResultView {
-        metrics: Metrics::from([("return".to_string(), 200.0)]),
-        summary: Some("solved".into()),
-        checkpoint: Some(file_checkpoint(1, b"final").view()),
-    };
-    finish(
-        task,
-        1,
-        AttemptOutcome::Completed,
-        None,
-        Next::Completed {
-            result,
-            checkpoint: Some(file_checkpoint(1, b"final")),
-        },
-    )
-}
-
-fn requeued(task: TaskId) -> Write {
-    finish(task, 1, AttemptOutcome::Failed, Some("boom"), Next::Requeue)
-}
-
-/// A start and the finish of its attempt in one batch run as one update of
-/// the task and one of its attempt row; they leave both exactly as the
-/// start and the finish in turn do.
-async fn a_start_and_its_finish_in_one_batch_equal_the_two_in_turn(store: Store) {
-    let ids = submit(&store, (0..4).map(|_| new_task("ppo", 0)).collect()).await;
-    let dispatches = ids.iter().map(|&id| dispatch(id, 0, "gpu-1")).collect();
-    assert_eq!(apply(&store, NOW + 1, dispatches).await, [true; 4]);
-    let [a, b, c, d] = ids[..] else {
-        unreachable!()
-    };
-    let merged = vec![start(a, 1, 2), completed(a), start(b, 1, 5), requeued(b)];
-    assert_eq!(apply(&store, NOW + 2, merged).await, [true; 4]);
-    let starts = vec![start(c, 1, 2), start(d, 1, 5)];
-    assert_eq!(apply(&store, NOW + 2, starts).await, [true; 2]);
-    let finishes = vec![completed(c), requeued(d)];
-    assert_eq!(apply(&store, NOW + 2, finishes).await, [true; 2]);
-
-    for (merged, in_turn) in [(a, c), (b, d)] {
-        let mut got = detail(&store, merged).await;
-        got.task.id = in_turn;
-        assert_eq!(
-            got,
-            detail(&store, in_turn).await,
-            "task {merged} against {in_turn}"
-        );
-    }
-    let done = detail(&store, a).await;
-    assert_eq!(
-        (done.task.status, done.task.runs, done.task.slot),
-        (TaskStatus::Completed, 1, Some(2))
-    );
-    let again = detail(&store, b).await.task;
-    assert_eq!(
-        (again.status, again.runs, again.slot),
-        (TaskStatus::Pending, 1, None)
-    );
-}
-
-/// Where the start of a merged pair would not apply (the task already
-/// runs, or has moved on), the finish still applies or not on its own.
-async fn a_merged_start_that_cannot_apply_leaves_its_finish_to_apply_alone(store: Store) {
-    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 1)]).await;
-    let [running, moved_on] = ids[..] else {
-        unreachable!()
-    };
-    let dispatches = vec![
-        dispatch(running, 0, "gpu-1"),
-        dispatch(moved_on, 0, "gpu-1"),
-    ];
-    assert_eq!(apply(&store, NOW + 1, dispatches).await, [true; 2]);
-    let earlier = vec![start(running, 1, 3), requeued(moved_on)];
-    assert_eq!(apply(&store, NOW + 2, earlier).await, [true; 2]);
-
-    let pairs = vec![
-        start(running, 1, 3),
-        completed(running),
-        start(moved_on, 1, 3),
-        completed(moved_on),
-    ];
-    assert_eq!(
-        apply(&store, NOW + 3, pairs).await,
-        [false, true, false, false]
-    );
-    let done = detail(&store, running).await.task;
-    assert_eq!(
-        (
-            done.status,
-            done.runs,
-            done.started_at_ms,
-            done.finished_at_ms
-        ),
-        (TaskStatus::Completed, 1, Some(NOW + 2), Some(NOW + 3)),
-        "started once, by the earlier batch"
-    );
-    let pending = detail(&store, moved_on).await.task;
-    assert_eq!((pending.status, pending.runs), (TaskStatus::Pending, 0));
 }
 
 async fn stale_writes_apply_nothing_and_change_nothing(store: Store) {
