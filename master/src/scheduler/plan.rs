@@ -59,15 +59,12 @@ pub fn plan(
     let mut placed = vec![];
     loop {
         let held = reservation.as_ref();
-        let Some(task) = queue
-            .first_where(|class, head| {
-                let route = effective(&routes, &class.route);
-                hosts
-                    .iter()
-                    .any(|h| may_take(h, route, &class.need, head, held))
-            })
-            .cloned()
-        else {
+        let Some(task) = queue.first_where(|class, head| {
+            let route = effective(&routes, &class.route);
+            hosts
+                .iter()
+                .any(|h| may_take(h, route, &class.need, head, held))
+        }) else {
             break;
         };
         let Some(host) = choose(

@@ -6,6 +6,7 @@
 use crate::placement::{Need, Route};
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 use trainyard_proto::TaskId;
 
@@ -38,40 +39,89 @@ pub struct Class {
 /// Dispatch order: higher priority first, then lower id (older) first.
 type Order = (Reverse<i32>, TaskId);
 
+/// A queued task as the queue keeps it: its class shared with the other
+/// tasks of that class, so that a million queued tasks of a few classes
+/// hold their adapter and kind names a few times, not a million.
+#[derive(Clone, Debug)]
+struct Entry {
+    class: Arc<Class>,
+    priority: i32,
+    attempt: u32,
+    runs: u32,
+    max_attempts: u32,
+    since: Instant,
+    submitted: Option<Instant>,
+}
+
+impl Entry {
+    fn queued(&self, id: TaskId) -> Queued {
+        Queued {
+            id,
+            route: self.class.route.clone(),
+            need: self.class.need,
+            priority: self.priority,
+            attempt: self.attempt,
+            runs: self.runs,
+            max_attempts: self.max_attempts,
+            since: self.since,
+            submitted: self.submitted,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Queue {
-    by_class: HashMap<Class, BTreeSet<Order>>,
-    tasks: HashMap<TaskId, Queued>,
+    by_class: HashMap<Arc<Class>, BTreeSet<Order>>,
+    tasks: HashMap<TaskId, Entry>,
 }
 
 impl Queue {
     pub fn push(&mut self, task: Queued) {
         self.remove(task.id);
-        self.by_class
-            .entry(class_of(&task))
-            .or_default()
-            .insert((Reverse(task.priority), task.id));
-        self.tasks.insert(task.id, task);
+        let class = Class {
+            route: task.route,
+            need: task.need,
+        };
+        let class = match self.by_class.get_key_value(&class) {
+            Some((shared, _)) => shared.clone(),
+            None => {
+                let shared = Arc::new(class);
+                self.by_class.insert(shared.clone(), BTreeSet::new());
+                shared
+            }
+        };
+        if let Some(set) = self.by_class.get_mut(&class) {
+            set.insert((Reverse(task.priority), task.id));
+        }
+        let entry = Entry {
+            class,
+            priority: task.priority,
+            attempt: task.attempt,
+            runs: task.runs,
+            max_attempts: task.max_attempts,
+            since: task.since,
+            submitted: task.submitted,
+        };
+        self.tasks.insert(task.id, entry);
     }
 
     pub fn remove(&mut self, id: TaskId) -> Option<Queued> {
-        let task = self.tasks.remove(&id)?;
-        let class = class_of(&task);
-        if let Some(set) = self.by_class.get_mut(&class) {
-            set.remove(&(Reverse(task.priority), id));
+        let entry = self.tasks.remove(&id)?;
+        if let Some(set) = self.by_class.get_mut(&entry.class) {
+            set.remove(&(Reverse(entry.priority), id));
             if set.is_empty() {
-                self.by_class.remove(&class);
+                self.by_class.remove(&entry.class);
             }
         }
-        Some(task)
+        Some(entry.queued(id))
     }
 
     pub fn contains(&self, id: TaskId) -> bool {
         self.tasks.contains_key(&id)
     }
 
-    pub fn get(&self, id: TaskId) -> Option<&Queued> {
-        self.tasks.get(&id)
+    fn get(&self, id: TaskId) -> Option<Queued> {
+        self.tasks.get(&id).map(|entry| entry.queued(id))
     }
 
     pub fn len(&self) -> usize {
@@ -90,24 +140,17 @@ impl Queue {
     /// The first task in dispatch order whose class `eligible` accepts,
     /// given the class and the id of the task at its head. Classes are
     /// tried in the order of their heads, and the first accepted wins.
-    pub fn first_where(&self, mut eligible: impl FnMut(&Class, TaskId) -> bool) -> Option<&Queued> {
+    pub fn first_where(&self, mut eligible: impl FnMut(&Class, TaskId) -> bool) -> Option<Queued> {
         let mut heads: Vec<(&Order, &Class)> = self
             .by_class
             .iter()
-            .filter_map(|(class, set)| set.first().map(|order| (order, class)))
+            .filter_map(|(class, set)| set.first().map(|order| (order, &**class)))
             .collect();
         heads.sort_unstable_by_key(|(order, _)| **order);
         heads
             .into_iter()
             .find(|(order, class)| eligible(class, order.1))
-            .and_then(|(order, _)| self.tasks.get(&order.1))
-    }
-}
-
-fn class_of(task: &Queued) -> Class {
-    Class {
-        route: task.route.clone(),
-        need: task.need,
+            .and_then(|(order, _)| self.get(order.1))
     }
 }
 
@@ -131,10 +174,7 @@ mod tests {
 
     fn drain(queue: &mut Queue, eligible: &[&str]) -> Vec<TaskId> {
         let mut out = vec![];
-        while let Some(t) = queue
-            .first_where(|c, _| eligible.contains(&c.route.adapter.as_str()))
-            .cloned()
-        {
+        while let Some(t) = queue.first_where(|c, _| eligible.contains(&c.route.adapter.as_str())) {
             queue.remove(t.id);
             out.push(t.id);
         }
@@ -180,6 +220,22 @@ mod tests {
             Some(2),
             "the small task is not stuck behind the big one"
         );
+    }
+
+    #[test]
+    fn tasks_of_one_class_share_one_copy_of_it() {
+        let mut queue = Queue::default();
+        for id in 1..=1000 {
+            queue.push(q(id, if id % 2 == 0 { "a" } else { "b" }, 0));
+        }
+        assert_eq!(queue.by_class.len(), 2);
+        for class in queue.by_class.keys() {
+            // The key, and one per task of the class.
+            assert_eq!(Arc::strong_count(class), 1 + 500, "{class:?}");
+        }
+        let removed = queue.remove(2).expect("queued");
+        assert_eq!((removed.route.adapter.as_str(), removed.id), ("a", 2));
+        assert_eq!(queue.len(), 999);
     }
 
     #[test]
