@@ -84,15 +84,12 @@ impl Queue {
         };
         let class = match self.by_class.get_key_value(&class) {
             Some((shared, _)) => shared.clone(),
-            None => {
-                let shared = Arc::new(class);
-                self.by_class.insert(shared.clone(), BTreeSet::new());
-                shared
-            }
+            None => Arc::new(class),
         };
-        if let Some(set) = self.by_class.get_mut(&class) {
-            set.insert((Reverse(task.priority), task.id));
-        }
+        self.by_class
+            .entry(class.clone())
+            .or_default()
+            .insert((Reverse(task.priority), task.id));
         let entry = Entry {
             class,
             priority: task.priority,
