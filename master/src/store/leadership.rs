@@ -147,14 +147,7 @@ impl Held {
             .fetch_one(&mut self.seat.conn)
             .await
             .map_err(StoreError::db("confirm leadership"))?;
-        if current == self.term {
-            Ok(())
-        } else {
-            Err(StoreError::Deposed {
-                term: self.term,
-                current,
-            })
-        }
+        same_term(self.term, current)
     }
 
     /// Gives the lead up at once (the lock goes with the session).
@@ -202,6 +195,11 @@ pub(super) async fn check_term(conn: &mut sqlx::AnyConnection, term: i64) -> Res
         .fetch_one(conn)
         .await
         .map_err(StoreError::db("check the leader's term"))?;
+    same_term(term, current)
+}
+
+/// `Deposed` unless the stored term `current` is still `term`.
+fn same_term(term: i64, current: i64) -> Result<()> {
     if current == term {
         Ok(())
     } else {
