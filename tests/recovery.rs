@@ -113,17 +113,41 @@ async fn a_master_stalled_for_two_seconds_costs_a_running_attempt_nothing() {
 // after recording the dispatch and before the host receives it.
 async fn an_interrupted_dispatch_is_run_after_the_restart(backend: &'static str) {
     let _serial = serial();
-    let mut c = TestCluster::prepare(patient(backend)).await;
+    let mut setup = patient(backend);
+    // Declared, so that it is accepted before any host carries it.
+    setup.configure = |s| s.master.known_adapters = vec!["python-trainer".into()];
+    let mut c = TestCluster::prepare(setup).await;
     let crash = [(
         "FAILPOINTS".to_string(),
         "master-crash-after-dispatch-commit=return".to_string(),
     )];
     c.start_master_with(&crash).await;
-    c.start_host("host-1");
-    c.wait_for_hosts(1).await;
+    if backend == "postgres" {
+        // It answers as a standby until it has won the lead.
+        let api = format!(
+            "http://127.0.0.1:{}",
+            c.cluster.settings.master.api_listen.port()
+        );
+        let until = Instant::now() + Duration::from_secs(60);
+        while common::leadership(&api)
+            .await
+            .is_none_or(|l| l.role != "leader")
+        {
+            assert!(
+                Instant::now() < until,
+                "the master did not lead
+{}",
+                c.all_logs()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    // Submitted with no host yet: the answer is in before any dispatch, and
+    // so before the master dies at the fail point.
     let id = c
         .submit(json!({"adapter": "python-trainer", "params": {"episodes": 50}}))
         .await;
+    c.start_host("host-1");
     // The master records the dispatch, then dies before sending it.
     let until = Instant::now() + Duration::from_secs(60);
     while c.master().running() {
