@@ -87,18 +87,23 @@ pub fn after_unsuccessful(task: &LiveTask, counts_as_run: bool, reason: &str) ->
 /// The sweep's decision for one live task.
 ///
 /// `leases_trustworthy` is false while Redis may still be missing leases that
-/// hosts are about to rebuild (after it lost its data).
+/// hosts are about to rebuild (after it lost its data). `host_connected`
+/// says whether the task's host holds a connection: a connected host's
+/// acceptance, which names the devices and share the attempt was given, is
+/// on its way over it, so the lease alone does not start the attempt (the
+/// assignment would be lost).
 pub fn sweep(
     task: &LiveTask,
     lease: &Lease,
     now_ms: i64,
     leases_trustworthy: bool,
+    host_connected: bool,
 ) -> SweepDecision {
     match lease {
         Lease::Held { worker, attempt }
             if *attempt == task.attempt && worker.host.as_str() == task.host =>
         {
-            if task.status == TaskStatus::Dispatched {
+            if task.status == TaskStatus::Dispatched && !host_connected {
                 SweepDecision::MarkRunning { slot: worker.slot }
             } else {
                 SweepDecision::Keep
@@ -302,13 +307,13 @@ mod tests {
     #[test]
     fn a_held_lease_keeps_the_task_running() {
         assert_eq!(
-            sweep(&running(1), &held("h1", 0, 1), 0, true),
+            sweep(&running(1), &held("h1", 0, 1), 0, true, false),
             SweepDecision::Keep
         );
     }
 
     #[test]
-    fn a_lease_taken_before_the_acceptance_arrived_marks_the_task_running() {
+    fn a_lease_taken_before_a_gone_hosts_acceptance_arrived_marks_the_task_running() {
         let task = LiveTask {
             status: TaskStatus::Dispatched,
             attempt: 1,
@@ -317,8 +322,13 @@ mod tests {
             ..running(0)
         };
         assert_eq!(
-            sweep(&task, &held("h1", 2, 1), 0, true),
+            sweep(&task, &held("h1", 2, 1), 0, true, false),
             SweepDecision::MarkRunning { slot: 2 }
+        );
+        assert_eq!(
+            sweep(&task, &held("h1", 2, 1), 0, true, true),
+            SweepDecision::Keep,
+            "a connected host's acceptance, with its assignment, is on its way"
         );
     }
 
@@ -331,8 +341,11 @@ mod tests {
             dispatch_deadline_ms: Some(1_000),
             ..running(0)
         };
-        assert_eq!(sweep(&task, &Lease::Absent, 999, true), SweepDecision::Keep);
-        match sweep(&task, &Lease::Absent, 1_000, true) {
+        assert_eq!(
+            sweep(&task, &Lease::Absent, 999, true, false),
+            SweepDecision::Keep
+        );
+        match sweep(&task, &Lease::Absent, 1_000, true, false) {
             SweepDecision::GiveUp { outcome, then, .. } => {
                 assert_eq!(outcome, AttemptOutcome::Undelivered);
                 // Three runs already, but an undelivered dispatch never fails a task.
@@ -345,7 +358,7 @@ mod tests {
     #[test]
     fn a_lapsed_lease_requeues_until_the_attempts_run_out() {
         let SweepDecision::GiveUp { outcome, then, .. } =
-            sweep(&running(1), &Lease::Absent, 0, true)
+            sweep(&running(1), &Lease::Absent, 0, true, false)
         else {
             panic!()
         };
@@ -353,7 +366,8 @@ mod tests {
             (outcome, then),
             (AttemptOutcome::LeaseLost, AfterAttempt::Requeue)
         );
-        let SweepDecision::GiveUp { then, .. } = sweep(&running(3), &Lease::Absent, 0, true) else {
+        let SweepDecision::GiveUp { then, .. } = sweep(&running(3), &Lease::Absent, 0, true, false)
+        else {
             panic!()
         };
         assert!(
@@ -364,7 +378,7 @@ mod tests {
     #[test]
     fn a_missing_lease_proves_nothing_while_redis_is_rebuilding() {
         assert_eq!(
-            sweep(&running(1), &Lease::Absent, 0, false),
+            sweep(&running(1), &Lease::Absent, 0, false, false),
             SweepDecision::Keep
         );
     }
@@ -372,7 +386,7 @@ mod tests {
     #[test]
     fn an_older_attempts_lease_does_not_decide_the_current_one() {
         assert_eq!(
-            sweep(&running(2), &held("h9", 0, 1), 0, true),
+            sweep(&running(2), &held("h9", 0, 1), 0, true, false),
             SweepDecision::Keep
         );
     }
@@ -383,7 +397,8 @@ mod tests {
             cancel_requested: true,
             ..running(1)
         };
-        let SweepDecision::GiveUp { then, .. } = sweep(&task, &Lease::Absent, 0, true) else {
+        let SweepDecision::GiveUp { then, .. } = sweep(&task, &Lease::Absent, 0, true, false)
+        else {
             panic!()
         };
         assert_eq!(then, AfterAttempt::Cancel);

@@ -221,7 +221,8 @@ impl Scheduler {
             if self.reports_left.contains(&live.attempt_ref(*task)) {
                 continue;
             }
-            match recovery::sweep(&live.view(), lease, now, trustworthy) {
+            let connected = self.state.hosts.contains_key(&live.host);
+            match recovery::sweep(&live.view(), lease, now, trustworthy, connected) {
                 SweepDecision::Keep => {}
                 SweepDecision::MarkRunning { slot } => {
                     let attempt = live.attempt_ref(*task);
