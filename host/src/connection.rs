@@ -431,7 +431,13 @@ async fn write(
                 continue;
             }
         };
-        if sink.send(message).await.is_err() {
+        // Messages that wait go out in one write: flushed once nothing
+        // more waits, never held back behind nothing.
+        let written = match sink.feed(message).await {
+            Ok(()) if queued.is_empty() && outgoing.is_empty() => sink.flush().await,
+            other => other,
+        };
+        if written.is_err() {
             break;
         }
     }

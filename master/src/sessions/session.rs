@@ -102,7 +102,13 @@ pub async fn run(
     let (mut sink, mut stream) = frames.split();
     let writer = async {
         while let Some(message) = outgoing.recv().await {
-            if let Err(e) = sink.send(message).await {
+            // A turn's messages to this host go out in one write: flushed
+            // once nothing more waits, never held back behind nothing.
+            let written = match sink.feed(message).await {
+                Ok(()) if outgoing.is_empty() => sink.flush().await,
+                other => other,
+            };
+            if let Err(e) = written {
                 tracing::info!(%host, error = %e, "writing to host failed");
                 break;
             }
