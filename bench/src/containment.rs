@@ -82,7 +82,7 @@ async fn attempt(
     enforcement: Option<&Enforcement>,
 ) -> anyhow::Result<f64> {
     let started = Instant::now();
-    let workspace = Workspace::create(work, AttemptRef::new(u64::from(n) + 1, 1))?;
+    let workspace = Workspace::create(work, AttemptRef::new(u64::from(n) + 1, 1), None)?;
     workspace.hand_over(enforcement.and_then(Enforcement::credentials))?;
     let executable = Path::new("/bin/true");
     let confinement = enforcement.map(|e| {

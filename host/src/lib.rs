@@ -303,6 +303,7 @@ pub async fn start(
             enforcement: Arc::new(enforcement.clone()),
             metrics: metrics.clone(),
             python,
+            spares: Arc::new(workspace::Spares::new(config.slots as usize)),
         },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());

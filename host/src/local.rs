@@ -134,6 +134,8 @@ impl LocalHost {
             metrics,
             logs: Arc::new(LogBook::default()),
             python,
+            // A local run's workspace is the caller's to keep or remove.
+            spares: Arc::new(crate::workspace::Spares::new(0)),
         };
         Ok(LocalHost {
             env,

@@ -15,7 +15,7 @@ fn attempt() -> AttemptRef {
 
 fn fresh() -> (tempfile::TempDir, Workspace) {
     let base = tempfile::tempdir().unwrap();
-    let workspace = Workspace::create(base.path(), attempt()).expect("create");
+    let workspace = Workspace::create(base.path(), attempt(), None).expect("create");
     (base, workspace)
 }
 
@@ -43,10 +43,10 @@ fn the_workspace_is_a_fresh_private_directory_named_after_the_attempt() {
 #[test]
 fn a_leftover_of_the_same_attempt_is_replaced_by_an_empty_directory() {
     let base = tempfile::tempdir().unwrap();
-    let first = Workspace::create(base.path(), attempt()).unwrap();
+    let first = Workspace::create(base.path(), attempt(), None).unwrap();
     first.write_file("stale/checkpoint.pt", b"old").unwrap();
     drop(first); // a host crash: never removed
-    let second = Workspace::create(base.path(), attempt()).unwrap();
+    let second = Workspace::create(base.path(), attempt(), None).unwrap();
     assert_eq!(std::fs::read_dir(second.path()).unwrap().count(), 0);
 }
 
@@ -252,7 +252,7 @@ fn remove_deletes_everything_but_nothing_a_symlink_points_to() {
 fn create_makes_a_missing_base_directory() {
     let base = tempfile::tempdir().unwrap();
     let nested = base.path().join("workspaces/host-a");
-    let workspace = Workspace::create(&nested, attempt()).unwrap();
+    let workspace = Workspace::create(&nested, attempt(), None).unwrap();
     assert!(Path::new(workspace.path()).is_dir());
 }
 
@@ -262,7 +262,7 @@ fn every_attempt_gets_a_fresh_workspace_and_removing_it_never_follows_a_symlink(
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("keep.txt"), b"not the workspace's").unwrap();
 
-    let first = Workspace::create(base.path(), attempt()).unwrap();
+    let first = Workspace::create(base.path(), attempt(), None).unwrap();
     first.write_file("result.json", b"{}").unwrap();
     // What a trainer could leave behind: a symlink to a directory outside,
     // and a directory it made unreadable.
@@ -272,7 +272,7 @@ fn every_attempt_gets_a_fresh_workspace_and_removing_it_never_follows_a_symlink(
     std::fs::write(locked.join("f"), b"x").unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
     let path = first.path().to_path_buf();
-    let next = Workspace::create(base.path(), AttemptRef::new(17, 3)).unwrap();
+    let next = Workspace::create(base.path(), AttemptRef::new(17, 3), None).unwrap();
     assert_ne!(
         next.path(),
         path,
@@ -292,7 +292,7 @@ fn every_attempt_gets_a_fresh_workspace_and_removing_it_never_follows_a_symlink(
 fn a_workspace_handed_over_belongs_to_the_trainer_user_and_has_a_tmp_directory() {
     use std::os::unix::fs::MetadataExt;
     let base = tempfile::tempdir().unwrap();
-    let w = Workspace::create(base.path(), attempt()).unwrap();
+    let w = Workspace::create(base.path(), attempt(), None).unwrap();
     w.write_file("train.py", b"print(1)").unwrap();
     let tmp = w.hand_over(None).unwrap();
     assert!(tmp.is_dir());

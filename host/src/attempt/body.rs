@@ -187,15 +187,16 @@ impl Run<'_> {
         lease: &mut watch::Receiver<LeaseState>,
     ) -> (Outcome, Option<Workspace>) {
         let config = &self.env.config;
-        let workspace = match Workspace::create(&config.work_dir, self.attempt) {
-            Ok(w) => w,
-            Err(e) => {
-                return (
-                    failed(format!("cannot create the workspace: {e}"), true),
-                    None,
-                )
-            }
-        };
+        let workspace =
+            match Workspace::create(&config.work_dir, self.attempt, self.env.spares.take()) {
+                Ok(w) => w,
+                Err(e) => {
+                    return (
+                        failed(format!("cannot create the workspace: {e}"), true),
+                        None,
+                    )
+                }
+            };
         let checkpoint = match &dispatch.checkpoint {
             None => None,
             Some(Checkpoint::External(reference)) => {

@@ -64,6 +64,8 @@ pub struct HostEnv {
     pub logs: Arc<crate::logs::LogBook>,
     /// The Python environments, when an adapter's entry asks for one.
     pub python: Option<crate::python_env::PythonEnvs>,
+    /// Emptied workspaces of ended attempts that no trainer had.
+    pub spares: Arc<crate::workspace::Spares>,
 }
 
 /// An adapter with the programs it may launch.
@@ -141,10 +143,10 @@ pub async fn run(
         // The report still goes over the connection; the lease runs out.
         tracing::warn!(%attempt, error = %e, "could not release the lease and store the report in Redis");
     }
-    // Removed before the slot is free; every attempt gets a new one.
+    // Removed (or emptied, if no trainer had it) before the slot is free.
     if let Some(ws) = ending.workspace {
         if !host.config.keep_workspaces {
-            if let Err(e) = ws.remove() {
+            if let Err(e) = host.spares.give_back(ws) {
                 tracing::warn!(%attempt, error = %e, "could not remove the workspace");
             }
         }

@@ -1,7 +1,9 @@
-//! The per-attempt workspace: a fresh directory `base/<task>-<attempt>` that
-//! is the trainer's working directory and the only place an adapter's files
-//! go. Every attempt gets a new one, removed when it ends, so nothing of an
-//! earlier attempt can still write into it.
+//! The per-attempt workspace: an empty directory `base/<task>-<attempt>`
+//! that is the trainer's working directory and the only place an adapter's
+//! files go. A workspace handed to a trainer is removed when its attempt
+//! ends and never serves another, so nothing of an earlier attempt can
+//! still write into a later one's; one no trainer ever had is emptied and
+//! kept for a later attempt ([`spares`]).
 //!
 //! Paths come from adapters and checkpoints, and the directory's content from
 //! a trainer, so none of it is trusted: every access goes through a
@@ -16,7 +18,11 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use trainyard_proto::AttemptRef;
+
+mod spares;
+pub use spares::Spares;
 
 /// One attempt's workspace directory.
 #[derive(Debug)]
@@ -24,6 +30,8 @@ pub struct Workspace {
     path: PathBuf,
     /// All access to the content goes through this handle, never `path`.
     dir: Dir,
+    /// Whether a trainer's user was given it ([`Workspace::hand_over`]).
+    handed_over: AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,16 +68,26 @@ pub fn prepare_base(base: &Path) -> io::Result<()> {
 }
 
 impl Workspace {
-    /// A fresh, empty directory `base/<task>-<attempt>` (mode 0700),
-    /// replacing any leftover of the same name. `base` is created if missing.
-    pub fn create(base: &Path, attempt: AttemptRef) -> Result<Workspace, WorkspaceError> {
+    /// An empty directory `base/<task>-<attempt>` (mode 0700), replacing
+    /// any leftover of the same name: `spare` moved there when one is given
+    /// ([`Spares::take`]), else a new one. `base` is created if missing.
+    pub fn create(
+        base: &Path,
+        attempt: AttemptRef,
+        spare: Option<PathBuf>,
+    ) -> Result<Workspace, WorkspaceError> {
         Self::create_at(
             base,
             base.join(format!("{}-{}", attempt.task, attempt.attempt)),
+            spare,
         )
     }
 
-    fn create_at(base: &Path, path: PathBuf) -> Result<Workspace, WorkspaceError> {
+    fn create_at(
+        base: &Path,
+        path: PathBuf,
+        spare: Option<PathBuf>,
+    ) -> Result<Workspace, WorkspaceError> {
         let create_error = |source| WorkspaceError::Create {
             dir: path.clone(),
             source,
@@ -81,14 +99,25 @@ impl Workspace {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(create_error(e)),
         }
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(create_error)?;
+        if !spare.is_some_and(|spare| moved(&spare, &path)) {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&path)
+                .map_err(create_error)?;
+        }
         // The umask can only take bits away; set the mode exactly.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).map_err(create_error)?;
         let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(create_error)?;
-        Ok(Workspace { path, dir })
+        Ok(Workspace {
+            path,
+            dir,
+            handed_over: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether a trainer's user was ever given this workspace.
+    pub fn handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::Relaxed)
     }
 
     /// Hands the workspace to the trainer's user: it and everything the
@@ -96,6 +125,8 @@ impl Workspace {
     /// never what they point to), and a `tmp` directory is made for the
     /// trainer's temporary files.
     pub fn hand_over(&self, owner: Option<Credentials>) -> Result<PathBuf, WorkspaceError> {
+        // From the first step on: a failure half-way still counts.
+        self.handed_over.store(true, Ordering::Relaxed);
         let tmp = self.path.join("tmp");
         let create_error = |source| WorkspaceError::Create {
             dir: tmp.clone(),
@@ -221,10 +252,43 @@ impl Workspace {
     /// Deletes the workspace and everything in it, without following
     /// symlinks out of it. Called once the trainer's group is gone.
     pub fn remove(self) -> Result<(), WorkspaceError> {
-        let Workspace { path, dir } = self;
+        let Workspace { path, dir, .. } = self;
         drop(dir);
         remove_tree(&path).map_err(|source| WorkspaceError::Remove { dir: path, source })
     }
+
+    /// Deletes everything in the workspace, without following symlinks out
+    /// of it, and returns the now empty directory's path. Only for a
+    /// workspace no trainer ever had: nothing else can write into it.
+    fn empty(self) -> Result<PathBuf, (Workspace, io::Error)> {
+        match empty_dir(&self.path) {
+            Ok(()) => Ok(self.path),
+            Err(e) => Err((self, e)),
+        }
+    }
+}
+
+/// Moves an emptied spare directory to `path`; a spare that cannot be moved
+/// is removed instead.
+fn moved(spare: &Path, path: &Path) -> bool {
+    if fs::rename(spare, path).is_ok() {
+        return true;
+    }
+    let _ = remove_tree(spare);
+    false
+}
+
+/// Removes every entry of a directory, keeping the directory.
+fn empty_dir(path: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(path)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks an adapter- or checkpoint-supplied path before it is used.
