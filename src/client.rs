@@ -97,6 +97,9 @@ pub struct ApiClient {
     /// Whether the operator was told a standby answered (once a command).
     told_standby: Arc<AtomicBool>,
     token: Option<String>,
+    /// With several masters, how long one may take to start answering
+    /// ([`failover::ANSWER_TIMEOUT`]).
+    answer_timeout: Duration,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -200,6 +203,7 @@ impl ApiClient {
             answered: Arc::new(AtomicUsize::new(0)),
             told_standby: Arc::new(AtomicBool::new(false)),
             token: token.filter(|t| !t.trim().is_empty()),
+            answer_timeout: failover::ANSWER_TIMEOUT,
         })
     }
 
@@ -486,6 +490,11 @@ impl ApiClient {
                     tracing::debug!(url = %self.masters[i].shown, error = %e, "trying the next master");
                     unreached = Some(e);
                 }
+                Err(e @ ClientError::NoAnswer { .. }) => {
+                    // The command's next requests start with the next one.
+                    self.answered.store((i + 1) % n, Ordering::Relaxed);
+                    return Err(e);
+                }
                 Err(e) => return Err(e),
                 Ok((response, shown, Verdict::TryNext)) if k + 1 < n => {
                     tracing::debug!(url = %shown, "a standby with no leader; trying the next master");
@@ -515,16 +524,14 @@ impl ApiClient {
         let mut shown = shown.to_string();
         for _ in 0..=failover::MAX_REDIRECTS {
             let again = copy(&request)?;
+            let method = request.method().clone();
             let sent = self.http.execute(request);
             let response = if self.masters.len() > 1 {
                 // A master that accepts connections but does not answer
                 // (paused, stalled) must not hold the others back.
-                tokio::time::timeout(failover::ANSWER_TIMEOUT, sent)
+                tokio::time::timeout(self.answer_timeout, sent)
                     .await
-                    .map_err(|_| ClientError::Unreachable {
-                        url: shown.clone(),
-                        reason: format!("no answer within {:?}", failover::ANSWER_TIMEOUT),
-                    })?
+                    .map_err(|_| silent(&method, &shown, self.answer_timeout))?
             } else {
                 sent.await
             }
@@ -609,6 +616,22 @@ impl ApiClient {
             what: what.to_string(),
             reason: e.to_string(),
         })
+    }
+}
+
+/// The error for a master that took `method`'s request and did not answer
+/// in time: the next master is tried only if sending it twice is harmless.
+fn silent(method: &reqwest::Method, shown: &str, after: Duration) -> ClientError {
+    if failover::may_resend_elsewhere(method) {
+        ClientError::Unreachable {
+            url: shown.to_string(),
+            reason: format!("no answer within {after:?}"),
+        }
+    } else {
+        ClientError::NoAnswer {
+            url: shown.to_string(),
+            after,
+        }
     }
 }
 

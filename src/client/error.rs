@@ -16,6 +16,14 @@ pub enum ClientError {
     /// A connection was open but the exchange broke off (timeout, reset).
     #[error("lost the connection to the master at {url}: {reason}")]
     Connection { url: String, reason: String },
+    /// A master took a request that changes something and said nothing
+    /// within the failover timeout. Sent to another master, it could be
+    /// applied twice (the silent one may have committed it), so it was not.
+    #[error("no answer from the master at {url} within {after:?}; the request may have been applied there, so it was not sent to another master: check (`trainyard tasks`, `trainyard task ID`) before sending it again")]
+    NoAnswer {
+        url: String,
+        after: std::time::Duration,
+    },
     /// A mutating endpoint was called without a token.
     #[error("401: this endpoint needs a token: set api.token or api.token_file, or TRAINYARD_API__TOKEN")]
     TokenMissing,

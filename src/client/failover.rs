@@ -19,6 +19,14 @@ pub const SERVED_BY: &str = "trainyard-served-by";
 /// body or a stream keeps the request's own limits.
 pub const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Whether a request a master took but did not answer may be sent to the
+/// next master. Only when sending it twice does what sending it once does:
+/// a submission the silent master committed, sent again, would be a second
+/// task.
+pub fn may_resend_elsewhere(method: &reqwest::Method) -> bool {
+    method.is_idempotent()
+}
+
 /// Most redirects one request follows: a standby points at the leader, so
 /// more than one hop already means the masters disagree about who leads.
 pub const MAX_REDIRECTS: usize = 3;
@@ -199,6 +207,17 @@ mod tests {
         );
         assert_eq!(verdict(308, None, Some(to)), Verdict::Redirect(to.into()));
         assert_eq!(verdict(503, Some("standby"), None), Verdict::TryNext);
+    }
+
+    #[test]
+    fn only_requests_that_may_be_applied_twice_go_to_the_next_master_after_silence() {
+        use reqwest::Method;
+        for method in [Method::GET, Method::HEAD, Method::PUT, Method::DELETE] {
+            assert!(may_resend_elsewhere(&method), "{method}");
+        }
+        for method in [Method::POST, Method::PATCH] {
+            assert!(!may_resend_elsewhere(&method), "{method}");
+        }
     }
 
     #[test]

@@ -436,3 +436,60 @@ async fn a_read_served_by_a_standby_is_noted_once() {
     assert_eq!(client.task(2).await.unwrap().task.id, 2);
     assert!(client.told_standby.load(Ordering::Relaxed));
 }
+
+/// A master that takes connections and requests and never answers: paused
+/// or stalled.
+async fn silent_master() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = vec![];
+        while let Ok((stream, _)) = listener.accept().await {
+            open.push(stream);
+        }
+    });
+    (url, held)
+}
+
+#[tokio::test]
+async fn a_submission_a_master_took_without_answering_is_not_sent_to_the_next() {
+    let (silent, _held) = silent_master().await;
+    let second = serve(|_| Reply::Json(201, r#"{"id": 9}"#.into())).await;
+    let mut client = ApiClient::new(&format!("{silent},{}", second.url), None).unwrap();
+    client.answer_timeout = Duration::from_millis(300);
+
+    let task = json!({"adapter": "noop", "params": {}});
+    let e = client.submit(&task).await.unwrap_err();
+    assert!(matches!(e, ClientError::NoAnswer { .. }), "{e}");
+    assert!(e.to_string().contains("may have been applied"), "{e}");
+    assert!(
+        !e.is_transient(),
+        "a caller retrying transient errors would submit twice"
+    );
+    assert!(
+        second.requests().is_empty(),
+        "sent twice: {:?}",
+        second.requests()
+    );
+
+    // The command's next request starts with the next master.
+    assert_eq!(client.submit(&task).await.unwrap(), 9);
+    assert_eq!(client.base_url(), second.url);
+}
+
+#[tokio::test]
+async fn a_read_a_master_took_without_answering_goes_to_the_next() {
+    let (silent, _held) = silent_master().await;
+    let detail = serde_json::to_string(&trainyard_master::model::TaskDetail {
+        task: sample_task(2, TaskStatus::Pending),
+        attempts: vec![],
+        waiting: None,
+    })
+    .unwrap();
+    let second = serve(move |_| Reply::Json(200, detail.clone())).await;
+    let mut client = ApiClient::new(&format!("{silent},{}", second.url), None).unwrap();
+    client.answer_timeout = Duration::from_millis(300);
+
+    assert_eq!(client.task(2).await.unwrap().task.id, 2);
+    assert_eq!(second.requests().len(), 1);
+}
