@@ -230,3 +230,73 @@ async fn abandoning_takes_back_only_the_attempts_own_lease() {
     let owner: Option<String> = c.get("task:9:workerId").await.unwrap();
     assert_eq!(owner.as_deref(), Some("b/0@2"));
 }
+
+#[tokio::test]
+async fn attempts_starting_together_each_get_their_own_verdict() {
+    let redis = RedisServer::start();
+    let lease = layer(&redis, "h", "");
+    let host = HostId::new("h").unwrap();
+    let mut c = con(&redis).await;
+    let _: () = c.set("task:1:fence", 3).await.unwrap();
+    let _: () = c.set("task:2:workerId", "other/0@5").await.unwrap();
+
+    // Fenced, held by a newer attempt, and 30 free ones, all at once.
+    let mut wanted = vec![
+        (host.worker(0), AttemptRef::new(1, 2)),
+        (host.worker(1), AttemptRef::new(2, 4)),
+    ];
+    wanted.extend((0..30).map(|i| (host.worker(2 + i), AttemptRef::new(100 + u64::from(i), 1))));
+    let scripts_before = script_calls(&mut c).await;
+    let answers = futures::future::join_all(
+        wanted
+            .iter()
+            .map(|(worker, attempt)| lease.acquire(worker, *attempt)),
+    )
+    .await;
+
+    assert_eq!(answers[0].as_ref().unwrap(), &Acquired::Fenced { fence: 3 });
+    assert_eq!(
+        answers[1].as_ref().unwrap(),
+        &Acquired::Held {
+            by: "other/0@5".into()
+        }
+    );
+    for ((worker, attempt), answer) in wanted.iter().zip(&answers).skip(2) {
+        assert!(
+            matches!(answer, Ok(Acquired::Granted { .. })),
+            "{attempt}: {answer:?}"
+        );
+        let owner: Option<String> = c
+            .get(format!("task:{}:workerId", attempt.task))
+            .await
+            .unwrap();
+        assert_eq!(owner, Some(format!("h/{}@1", worker.slot)));
+    }
+    let untouched: Option<String> = c.get("task:1:workerId").await.unwrap();
+    assert_eq!(untouched, None, "a fenced attempt writes nothing");
+    // One call carried them all (two if Redis first had to be sent the
+    // script), not one per attempt.
+    let calls = script_calls(&mut c).await - scripts_before;
+    assert!(calls <= 2, "{calls} script calls for 32 acquisitions");
+}
+
+/// Script calls Redis has served (`EVALSHA` and `EVAL`, failed ones too).
+async fn script_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}

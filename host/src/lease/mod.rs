@@ -3,7 +3,8 @@
 //!
 //! - [`LeaseLayer::acquire`] writes `task:{task}:workerId` and
 //!   `worker:{worker}:task` in one atomic step before the adapter runs, so a
-//!   crash after this point leaves a lease the master can see.
+//!   crash after this point leaves a lease the master can see. Attempts
+//!   starting together share one call ([`batch`]).
 //! - [`LeaseLayer::renew`] renews every lease of the host in one round trip
 //!   (and rebuilds leases Redis lost), each heartbeat.
 //! - [`LeaseLayer::release`] deletes both keys only if they still name this
@@ -13,27 +14,33 @@
 //! measured from *before* the request was sent, minus a safety margin, so
 //! the host's view of its lease always ends before Redis's does.
 
+mod batch;
+
 use crate::process::Deadline;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 use trainyard_proto::keys::{self, Keys};
 use trainyard_proto::messages::AttemptReport;
 use trainyard_proto::redis_link::RedisLink;
 use trainyard_proto::{AttemptRef, HostId, Timers, WorkerId};
 
 static ACQUIRE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/acquire.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../lua/acquire.lua")));
 static RENEW: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/renew.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../lua/renew.lua")));
 static RELEASE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/release.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../lua/release.lua")));
 static ABANDON: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("lua/abandon.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../lua/abandon.lua")));
 
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     #[error("Redis unavailable: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The call that carried this acquisition with others failed.
+    #[error("{0}")]
+    Batch(String),
     #[error("unexpected answer from a lease script: {0}")]
     Protocol(String),
     #[error("report could not be encoded: {0}")]
@@ -81,6 +88,8 @@ pub struct LeaseLayer {
     margin: Duration,
     heartbeat_ttl: Duration,
     retention: Duration,
+    /// Where acquisitions wait for their batch; started by the first one.
+    acquisitions: Arc<OnceLock<mpsc::UnboundedSender<batch::Wanted>>>,
 }
 
 impl LeaseLayer {
@@ -93,6 +102,7 @@ impl LeaseLayer {
             margin: timers.effective_margin(),
             heartbeat_ttl: timers.heartbeat_ttl,
             retention: timers.report_retention,
+            acquisitions: Arc::default(),
         }
     }
 
@@ -107,28 +117,40 @@ impl LeaseLayer {
         worker: &WorkerId,
         attempt: AttemptRef,
     ) -> Result<Acquired, LeaseError> {
-        let mut con = self.redis.connection().await?;
-        let sent = Deadline::now();
-        let (verdict, detail): (String, String) = ACQUIRE
-            .key(self.keys.task_owner(attempt.task))
-            .key(self.keys.worker_task(worker))
-            .key(self.keys.task_fence(attempt.task))
-            .arg(keys::owner_value(worker, attempt.attempt))
-            .arg(keys::attempt_value(attempt))
-            .arg(attempt.attempt)
-            .arg(millis(self.ttl))
-            .invoke_async(&mut con)
-            .await?;
-        match verdict.as_str() {
-            "ok" => Ok(Acquired::Granted {
+        let (reply, answer) = oneshot::channel();
+        let wanted = batch::Wanted {
+            worker: worker.clone(),
+            attempt,
+            reply,
+        };
+        let gone = || LeaseError::Batch("the lease batches have stopped".into());
+        self.batches().send(wanted).map_err(|_| gone())?;
+        let (verdict, sent) = answer
+            .await
+            .map_err(|_| gone())?
+            .map_err(LeaseError::Batch)?;
+        Ok(match verdict {
+            batch::Verdict::Granted => Acquired::Granted {
                 deadline: self.deadline_from(sent),
-            }),
-            "fenced" => Ok(Acquired::Fenced {
-                fence: detail.parse().unwrap_or(0),
-            }),
-            "held" => Ok(Acquired::Held { by: detail }),
-            other => Err(LeaseError::Protocol(other.to_string())),
-        }
+            },
+            batch::Verdict::Fenced(fence) => Acquired::Fenced { fence },
+            batch::Verdict::Held(by) => Acquired::Held { by },
+        })
+    }
+
+    /// The queue of acquisitions, and the task that sends them in batches,
+    /// started on first use (inside the host's runtime).
+    fn batches(&self) -> &mpsc::UnboundedSender<batch::Wanted> {
+        self.acquisitions.get_or_init(|| {
+            let (queue, wanted) = mpsc::unbounded_channel();
+            let batches = batch::Batches {
+                redis: self.redis.clone(),
+                keys: self.keys.clone(),
+                ttl: self.ttl,
+            };
+            tokio::spawn(batches.run(wanted));
+            queue
+        })
     }
 
     /// Takes back the lease of an attempt that will not run, in case its
