@@ -304,8 +304,9 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_steps_down_when_it_wakes
 }
 
 /// A frozen leader may be inside a transaction: the server ends it only
-/// after `idle_in_transaction_session_timeout`, and its term's share lock
-/// holds the successor back until then.
+/// after `idle_in_transaction_session_timeout` (here the leader lease,
+/// [`TTL`]), and its term's share lock holds the successor back until then;
+/// the rest is room for a loaded machine.
 const IN_TRANSACTION_SLACK: Duration = Duration::from_secs(3);
 
 /// A TCP relay to PostgreSQL that the test can turn into a black hole:

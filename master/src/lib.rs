@@ -380,7 +380,8 @@ async fn enter(
         Some(store::Backend::Postgres) => {
             // Listening only once the database answers: a master cut off
             // from it refuses connections, and hosts try the next at once.
-            let store = store::Store::connect(&config.database_url).await?;
+            let store =
+                store::Store::connect_leading(&config.database_url, config.leader_ttl).await?;
             let listeners = Listeners::bind(config).await?;
             let held = stand_by(config, &listeners, &store, hosts_tls, api_tls).await?;
             let (fenced, fence) = store.fenced(held.term());

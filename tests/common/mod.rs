@@ -742,8 +742,22 @@ impl TestCluster {
     }
 
     /// Starts the planned standbys (`master-2`, `master-3`, …) on the
-    /// database at `database_url`, and waits until each stands by.
+    /// database at `database_url`, once the cluster's own master leads (it
+    /// answers before it has won its first election), and waits until each
+    /// stands by.
     pub async fn start_standbys(&self, standbys: &mut Standbys, database_url: &str) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !leadership(&standbys.apis[0])
+            .await
+            .is_some_and(|l| l.role == "leader")
+        {
+            assert!(
+                Instant::now() < until,
+                "the cluster's master did not lead within 60 s:\n{}",
+                self.log("master")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         for (i, (h, a)) in standbys.ports.iter().enumerate().skip(1) {
             let name = format!("master-{}", i + 1);
             let config = self.config_variant(&format!("{name}.toml"), |s| {

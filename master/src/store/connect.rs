@@ -29,7 +29,7 @@ const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
 pub(super) const SQLITE_SYNCHRONOUS: &str = "FULL";
 
 /// Connects, migrates, and returns the pool.
-pub(super) async fn open(url: &str) -> Result<(AnyPool, Backend)> {
+pub(super) async fn open(url: &str, in_transaction: Duration) -> Result<(AnyPool, Backend)> {
     sqlx::any::install_default_drivers();
     let backend = backend_of(url).ok_or_else(|| StoreError::UnsupportedUrl { url: redact(url) })?;
     let url = match backend {
@@ -49,7 +49,7 @@ pub(super) async fn open(url: &str) -> Result<(AnyPool, Backend)> {
             url: shown.clone(),
             source,
         })?;
-    configure(backend, &mut first)
+    configure(backend, &mut first, in_transaction)
         .await
         .map_err(|source| StoreError::Connect {
             url: shown.clone(),
@@ -75,7 +75,7 @@ pub(super) async fn open(url: &str) -> Result<(AnyPool, Backend)> {
     let pool = AnyPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .after_connect(move |conn, _meta| configure_boxed(backend, conn))
+        .after_connect(move |conn, _meta| configure_boxed(backend, conn, in_transaction))
         .connect_with(options)
         .await
         .map_err(|source| StoreError::Connect { url: shown, source })?;
@@ -85,14 +85,20 @@ pub(super) async fn open(url: &str) -> Result<(AnyPool, Backend)> {
 fn configure_boxed(
     backend: Backend,
     conn: &mut AnyConnection,
+    in_transaction: Duration,
 ) -> BoxFuture<'_, Result<(), sqlx::Error>> {
-    Box::pin(configure(backend, conn))
+    Box::pin(configure(backend, conn, in_transaction))
 }
 
 /// Per-connection settings. SQLite keeps them per connection, so every new
 /// connection of the pool gets them. The busy timeout comes first: switching
 /// to WAL needs a lock another connection may hold for a moment.
-async fn configure(backend: Backend, conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+/// `in_transaction` is PostgreSQL's `idle_in_transaction_session_timeout`.
+async fn configure(
+    backend: Backend,
+    conn: &mut AnyConnection,
+    in_transaction: Duration,
+) -> Result<(), sqlx::Error> {
     if backend == Backend::Sqlite {
         conn.execute(format!("PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}").as_str())
             .await?;
@@ -106,7 +112,7 @@ async fn configure(backend: Backend, conn: &mut AnyConnection) -> Result<(), sql
     } else {
         // A stalled master must not hold its term's share lock
         // (`leadership`) against a successor.
-        let timeout = super::leadership::IDLE_IN_TRANSACTION_TIMEOUT.as_millis();
+        let timeout = in_transaction.as_millis();
         conn.execute(format!("SET idle_in_transaction_session_timeout = {timeout}").as_str())
             .await?;
     }

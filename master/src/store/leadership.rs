@@ -40,6 +40,20 @@ pub const LEADERSHIP_LOCK_KEY: i64 = 0x7472_6169_6e79_6172;
 /// stalled leader must not hold its term's share lock against a successor.
 pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The shortest such timeout: a leader's transaction may pause this long
+/// between two statements on a loaded machine without being ended.
+const MIN_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The timeout for a master whose leader lease is `leader_ttl`: at most
+/// [`IDLE_IN_TRANSACTION_TIMEOUT`], and no longer than the lease, so a
+/// leader frozen inside a transaction releases its share lock by the time
+/// a standby takes the lead, not later.
+pub fn in_transaction_timeout(leader_ttl: Duration) -> Duration {
+    IDLE_IN_TRANSACTION_TIMEOUT
+        .min(leader_ttl)
+        .max(MIN_IN_TRANSACTION_TIMEOUT)
+}
+
 /// Who a master is, as the others see it when it leads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Candidate {
@@ -204,5 +218,21 @@ fn same_term(term: i64, current: i64) -> Result<()> {
         Ok(())
     } else {
         Err(StoreError::Deposed { term, current })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stalled_transaction_is_ended_within_the_leader_lease() {
+        let s = Duration::from_secs;
+        assert_eq!(in_transaction_timeout(s(10)), IDLE_IN_TRANSACTION_TIMEOUT);
+        assert_eq!(in_transaction_timeout(s(3)), s(3));
+        assert_eq!(
+            in_transaction_timeout(Duration::from_millis(200)),
+            MIN_IN_TRANSACTION_TIMEOUT
+        );
     }
 }

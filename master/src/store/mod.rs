@@ -139,7 +139,19 @@ impl Store {
     /// Connects to `url` (`sqlite:` or `postgres:`/`postgresql:`) and brings
     /// the schema up to date.
     pub async fn connect(url: &str) -> Result<Store> {
-        let (pool, backend) = connect::open(url).await?;
+        Self::connect_with(url, leadership::IDLE_IN_TRANSACTION_TIMEOUT).await
+    }
+
+    /// [`Store::connect`] for a master that may lead on PostgreSQL with a
+    /// leader lease of `leader_ttl`: a connection stalled inside a
+    /// transaction is ended within the lease
+    /// ([`leadership::in_transaction_timeout`]).
+    pub async fn connect_leading(url: &str, leader_ttl: std::time::Duration) -> Result<Store> {
+        Self::connect_with(url, leadership::in_transaction_timeout(leader_ttl)).await
+    }
+
+    async fn connect_with(url: &str, in_transaction: std::time::Duration) -> Result<Store> {
+        let (pool, backend) = connect::open(url, in_transaction).await?;
         Ok(Store {
             pool,
             backend,

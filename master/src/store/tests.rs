@@ -1317,6 +1317,29 @@ fn candidate(id: &str) -> Candidate {
     }
 }
 
+/// A master that may lead ends any of its connections stalled inside a
+/// transaction within its leader lease, on every connection of the pool.
+#[tokio::test]
+async fn a_leading_masters_connections_end_a_stalled_transaction_within_the_lease() {
+    let db = trainyard_testkit::fresh_postgres().await;
+    let ttl = std::time::Duration::from_secs(2);
+    let store = Store::connect_leading(&db.url, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open the test database {}: {e}", db.url));
+    let mut held = vec![];
+    for _ in 0..3 {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(timeout, "2s");
+        held.push(conn);
+    }
+    drop(held);
+    store.close().await;
+}
+
 /// One leader at a time, a term raised at each election, and a deposed
 /// leader's writes refused whole, through the same store calls the master
 /// makes.
