@@ -153,10 +153,17 @@ pub fn sweep(
 /// progress and checkpoints that came before it. Taking the Redis copy first
 /// could end the attempt before those are handled, and requeue the task from
 /// an older checkpoint. So the report of a connected host is left for the
-/// connection to deliver, and taken from Redis only if the next sweep still
-/// finds it there (a lost message, or a connection that went quiet).
-pub fn take_redis_report(host_connected: bool, left_by_last_sweep: bool) -> bool {
-    !host_connected || left_by_last_sweep
+/// connection to deliver. It is taken from Redis once sweeps have seen it
+/// waiting there for `grace`, the hosts' report resend interval: a host that
+/// holds the report sends it again within that time, so one still waiting
+/// is not coming (a host restarted after storing it). `waited` is how long
+/// it has been seen waiting, `None` the first time.
+pub fn take_redis_report(
+    host_connected: bool,
+    waited: Option<std::time::Duration>,
+    grace: std::time::Duration,
+) -> bool {
+    !host_connected || waited.is_some_and(|w| w >= grace)
 }
 
 /// What a report of the current attempt does to the task.
@@ -289,17 +296,22 @@ mod tests {
     }
 
     #[test]
-    fn a_redis_report_of_a_connected_host_waits_one_sweep() {
+    fn a_redis_report_of_a_connected_host_waits_for_the_resend_interval() {
+        let s = std::time::Duration::from_secs;
         assert!(
-            take_redis_report(false, false),
+            take_redis_report(false, None, s(5)),
             "a gone host's report is taken at once"
         );
         assert!(
-            !take_redis_report(true, false),
+            !take_redis_report(true, None, s(5)),
             "the connection delivers it, after its progress"
         );
         assert!(
-            take_redis_report(true, true),
+            !take_redis_report(true, Some(s(1)), s(5)),
+            "a loaded machine may be slow to deliver it"
+        );
+        assert!(
+            take_redis_report(true, Some(s(5)), s(5)),
             "still there a sweep later: taken"
         );
     }

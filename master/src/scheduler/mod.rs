@@ -41,7 +41,7 @@ use crate::store::{Batch, Store, Write};
 use cycle::{Cycle, WriteKind};
 use serde::Serialize;
 use state::{SessionId, State};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -361,9 +361,10 @@ pub struct Scheduler {
     epoch: Epoch,
     redis_ok: bool,
     last_sweep: Option<Instant>,
-    /// Reports the last sweep found in Redis and left for their connected
-    /// hosts to deliver; the next sweep takes those still there.
-    reports_left: HashSet<AttemptRef>,
+    /// Reports sweeps found in Redis and left for their connected hosts to
+    /// deliver, with when a sweep first saw each; a sweep takes those still
+    /// there after the report resend interval.
+    reports_left: HashMap<AttemptRef, Instant>,
     /// What the sweeps and the reconciliation cost, for `Overview`.
     costs: recover::RecoveryCosts,
     /// What `/metrics` shows besides `costs`.
@@ -428,7 +429,7 @@ impl Scheduler {
             },
             redis_ok: false,
             last_sweep: None,
-            reports_left: HashSet::new(),
+            reports_left: HashMap::new(),
             costs: recover::RecoveryCosts::default(),
             tally: tally::Tally::default(),
             turns: 0,

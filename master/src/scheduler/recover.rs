@@ -1,6 +1,7 @@
 //! The recovery sweep and start-up reconciliation, scheduler side: read one
 //! Redis snapshot, record the reports waiting there (a connected host's only
-//! at the second sweep that finds it, see [`recovery::take_redis_report`]),
+//! once it has waited there a resend interval, see
+//! [`recovery::take_redis_report`]),
 //! decide each live task
 //! with [`crate::recovery::sweep`], and give up attempts only after fencing
 //! them off in Redis — so an attempt the master gave up can never take or
@@ -16,7 +17,7 @@ use super::{Epoch, Scheduler};
 use crate::recovery::{self, SweepDecision};
 use crate::sweep;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 use trainyard_proto::{now_ms, AttemptRef, TaskId};
@@ -192,14 +193,17 @@ impl Scheduler {
             .time(self.observe_epoch(snapshot.epoch.clone(), &mut con))
             .await;
 
-        let mut left = HashSet::new();
+        let now = Instant::now();
+        let grace = self.config.timers.report_resend_interval;
+        let mut left = HashMap::new();
         for report in snapshot.reports {
             let connected = self.state.hosts.contains_key(&report.host);
-            let left_before = self.reports_left.contains(&report.attempt);
-            if recovery::take_redis_report(connected, left_before) {
+            let seen = self.reports_left.get(&report.attempt).copied();
+            let waited = seen.map(|at| now.duration_since(at));
+            if recovery::take_redis_report(connected, waited, grace) {
                 self.report(report, None, cycle);
             } else {
-                left.insert(report.attempt);
+                left.insert(report.attempt, seen.unwrap_or(now));
             }
         }
         self.reports_left = left;
@@ -218,7 +222,7 @@ impl Scheduler {
                 continue;
             };
             // Its report is on its way over the connection.
-            if self.reports_left.contains(&live.attempt_ref(*task)) {
+            if self.reports_left.contains_key(&live.attempt_ref(*task)) {
                 continue;
             }
             let connected = self.state.hosts.contains_key(&live.host);
