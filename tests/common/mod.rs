@@ -747,9 +747,9 @@ impl TestCluster {
     /// stands by.
     pub async fn start_standbys(&self, standbys: &mut Standbys, database_url: &str) {
         let until = Instant::now() + Duration::from_secs(60);
-        while !leadership(&standbys.apis[0])
+        while leadership(&standbys.apis[0])
             .await
-            .is_some_and(|l| l.role == "leader")
+            .is_none_or(|l| l.role != "leader")
         {
             assert!(
                 Instant::now() < until,
