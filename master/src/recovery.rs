@@ -312,7 +312,7 @@ mod tests {
         );
         assert!(
             take_redis_report(true, Some(s(5)), s(5)),
-            "still there a sweep later: taken"
+            "still there after the host would have sent it again: taken"
         );
     }
 

@@ -258,13 +258,15 @@ impl Workspace {
     }
 
     /// Deletes everything in the workspace, without following symlinks out
-    /// of it, and returns the now empty directory's path. Only for a
-    /// workspace no trainer ever had: nothing else can write into it.
-    fn empty(self) -> Result<PathBuf, (Workspace, io::Error)> {
-        match empty_dir(&self.path) {
-            Ok(()) => Ok(self.path),
-            Err(e) => Err((self, e)),
-        }
+    /// of it, keeping the directory. Only for a workspace no trainer ever
+    /// had: nothing else can write into it.
+    fn empty(&self) -> io::Result<()> {
+        empty_dir(&self.path)
+    }
+
+    /// The directory's path, the workspace given up (its handle closed).
+    fn into_path(self) -> PathBuf {
+        self.path
     }
 }
 

@@ -62,22 +62,19 @@ impl Spares {
     /// had it and there is room, else removed.
     pub fn give_back(&self, workspace: Workspace) -> Result<(), WorkspaceError> {
         let kept = self.lock().len();
-        if fate(workspace.handed_over(), kept, self.capacity) == Fate::Remove {
+        if fate(workspace.handed_over(), kept, self.capacity) == Fate::Remove
+            || workspace.empty().is_err()
+        {
             return workspace.remove();
         }
-        match workspace.empty() {
-            Ok(path) => {
-                let mut kept = self.lock();
-                if kept.len() < self.capacity {
-                    kept.push(path);
-                    return Ok(());
-                }
-                drop(kept);
-                super::remove_tree(&path)
-                    .map_err(|source| WorkspaceError::Remove { dir: path, source })
-            }
-            Err((workspace, _)) => workspace.remove(),
+        // Another attempt may have filled the room meanwhile.
+        let mut kept = self.lock();
+        if fate(false, kept.len(), self.capacity) == Fate::Keep {
+            kept.push(workspace.into_path());
+            return Ok(());
         }
+        drop(kept);
+        workspace.remove()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
