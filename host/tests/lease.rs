@@ -280,6 +280,66 @@ async fn attempts_starting_together_each_get_their_own_verdict() {
     assert!(calls <= 2, "{calls} script calls for 32 acquisitions");
 }
 
+#[tokio::test]
+async fn attempts_ending_together_release_in_one_call_and_each_report_is_stored() {
+    let redis = RedisServer::start();
+    let lease = layer(&redis, "h", "");
+    let host = HostId::new("h").unwrap();
+    let ended: Vec<_> = (0..32)
+        .map(|i| (host.worker(i), AttemptRef::new(200 + u64::from(i), 1)))
+        .collect();
+    for (worker, attempt) in &ended {
+        let granted = lease.acquire(worker, *attempt).await.unwrap();
+        assert!(matches!(granted, Acquired::Granted { .. }), "{granted:?}");
+    }
+    // The first attempt's task has moved on to attempt 2 elsewhere.
+    let mut c = con(&redis).await;
+    let _: () = c.set("task:200:workerId", "other/0@2").await.unwrap();
+
+    let scripts_before = script_calls(&mut c).await;
+    let reports: Vec<_> = ended.iter().map(|(_, a)| report("h", *a)).collect();
+    let released = futures::future::join_all(
+        ended
+            .iter()
+            .zip(&reports)
+            .map(|((worker, _), report)| lease.release(worker, report)),
+    )
+    .await;
+
+    for ((worker, attempt), (released, sent)) in ended.iter().zip(released.iter().zip(&reports)) {
+        assert!(released.is_ok(), "{attempt}: {released:?}");
+        let body: Vec<u8> = c
+            .get(format!("task:{}:report:1", attempt.task))
+            .await
+            .unwrap();
+        let stored: AttemptReport = trainyard_proto::frame::decode(&body).unwrap();
+        assert_eq!(&stored, sent);
+        let task: Option<String> = c
+            .get(format!("worker:h/{}:task", worker.slot))
+            .await
+            .unwrap();
+        assert_eq!(task, None, "{attempt}'s worker key is cleared");
+    }
+    for attempt in ended.iter().skip(1).map(|(_, a)| a) {
+        let owner: Option<String> = c
+            .get(format!("task:{}:workerId", attempt.task))
+            .await
+            .unwrap();
+        assert_eq!(owner, None, "{attempt}'s lease is cleared");
+    }
+    let newer: Option<String> = c.get("task:200:workerId").await.unwrap();
+    assert_eq!(newer.as_deref(), Some("other/0@2"), "a newer lease is kept");
+    let mut pending: Vec<String> = c.smembers("reports:pending").await.unwrap();
+    pending.sort();
+    let mut expected: Vec<String> = ended.iter().map(|(_, a)| format!("{}@1", a.task)).collect();
+    expected.sort();
+    assert_eq!(pending, expected);
+    // One call carried them all (two if Redis first had to be sent the
+    // script), not one per attempt.
+    let calls = script_calls(&mut c).await - scripts_before;
+    assert!(calls <= 2, "{calls} script calls for 32 releases");
+}
+
 /// Script calls Redis has served (`EVALSHA` and `EVAL`, failed ones too).
 async fn script_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
     let stats: String = redis::cmd("INFO")

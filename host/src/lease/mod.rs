@@ -9,17 +9,22 @@
 //!   (and rebuilds leases Redis lost), each heartbeat.
 //! - [`LeaseLayer::release`] deletes both keys only if they still name this
 //!   attempt, and stores the attempt's report in the same atomic step.
+//!   Attempts ending together share one call too.
 //!
 //! Each call returns the deadline until which the lease is certainly held:
 //! measured from *before* the request was sent, minus a safety margin, so
 //! the host's view of its lease always ends before Redis's does.
 
+mod acquire;
 mod batch;
+mod release;
 
 use crate::process::Deadline;
-use std::sync::{Arc, OnceLock};
+use acquire::{Acquisitions, Verdict};
+use batch::Batched;
+use release::{Ended, Releases};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
 use trainyard_proto::keys::{self, Keys};
 use trainyard_proto::messages::AttemptReport;
 use trainyard_proto::redis_link::RedisLink;
@@ -87,13 +92,23 @@ pub struct LeaseLayer {
     ttl: Duration,
     margin: Duration,
     heartbeat_ttl: Duration,
-    retention: Duration,
-    /// Where acquisitions wait for their batch; started by the first one.
-    acquisitions: Arc<OnceLock<mpsc::UnboundedSender<batch::Wanted>>>,
+    /// Where acquisitions and releases wait for their batch.
+    acquisitions: Arc<Batched<Acquisitions>>,
+    releases: Arc<Batched<Releases>>,
 }
 
 impl LeaseLayer {
     pub fn new(redis: Arc<RedisLink>, keys: Keys, host: HostId, timers: &Timers) -> Self {
+        let acquisitions = Acquisitions {
+            redis: redis.clone(),
+            keys: keys.clone(),
+            ttl: timers.lease_ttl,
+        };
+        let releases = Releases {
+            redis: redis.clone(),
+            keys: keys.clone(),
+            retention: timers.report_retention,
+        };
         Self {
             redis,
             keys,
@@ -101,8 +116,8 @@ impl LeaseLayer {
             ttl: timers.lease_ttl,
             margin: timers.effective_margin(),
             heartbeat_ttl: timers.heartbeat_ttl,
-            retention: timers.report_retention,
-            acquisitions: Arc::default(),
+            acquisitions: Arc::new(Batched::new(acquisitions)),
+            releases: Arc::new(Batched::new(releases)),
         }
     }
 
@@ -117,39 +132,13 @@ impl LeaseLayer {
         worker: &WorkerId,
         attempt: AttemptRef,
     ) -> Result<Acquired, LeaseError> {
-        let (reply, answer) = oneshot::channel();
-        let wanted = batch::Wanted {
-            worker: worker.clone(),
-            attempt,
-            reply,
-        };
-        let gone = || LeaseError::Batch("the lease batches have stopped".into());
-        self.batches().send(wanted).map_err(|_| gone())?;
-        let (verdict, sent) = answer
-            .await
-            .map_err(|_| gone())?
-            .map_err(LeaseError::Batch)?;
+        let (verdict, sent) = self.acquisitions.ask((worker.clone(), attempt)).await?;
         Ok(match verdict {
-            batch::Verdict::Granted => Acquired::Granted {
+            Verdict::Granted => Acquired::Granted {
                 deadline: self.deadline_from(sent),
             },
-            batch::Verdict::Fenced(fence) => Acquired::Fenced { fence },
-            batch::Verdict::Held(by) => Acquired::Held { by },
-        })
-    }
-
-    /// The queue of acquisitions, and the task that sends them in batches,
-    /// started on first use (inside the host's runtime).
-    fn batches(&self) -> &mpsc::UnboundedSender<batch::Wanted> {
-        self.acquisitions.get_or_init(|| {
-            let (queue, wanted) = mpsc::unbounded_channel();
-            let batches = batch::Batches {
-                redis: self.redis.clone(),
-                keys: self.keys.clone(),
-                ttl: self.ttl,
-            };
-            tokio::spawn(batches.run(wanted));
-            queue
+            Verdict::Fenced(fence) => Acquired::Fenced { fence },
+            Verdict::Held(by) => Acquired::Held { by },
         })
     }
 
@@ -225,21 +214,12 @@ impl LeaseLayer {
         worker: &WorkerId,
         report: &AttemptReport,
     ) -> Result<(), LeaseError> {
-        let body = trainyard_proto::frame::encode(report)?;
-        let mut con = self.redis.connection().await?;
-        let attempt = report.attempt;
-        let _: i64 = RELEASE
-            .key(self.keys.task_owner(attempt.task))
-            .key(self.keys.worker_task(worker))
-            .key(self.keys.task_report(attempt))
-            .key(self.keys.pending_reports())
-            .arg(keys::owner_value(worker, attempt.attempt))
-            .arg(keys::attempt_value(attempt))
-            .arg(body)
-            .arg(millis(self.retention))
-            .invoke_async(&mut con)
-            .await?;
-        Ok(())
+        let ended = Ended {
+            worker: worker.clone(),
+            attempt: report.attempt,
+            report: trainyard_proto::frame::encode(report)?,
+        };
+        self.releases.ask(ended).await
     }
 }
 
