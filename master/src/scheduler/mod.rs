@@ -702,7 +702,11 @@ impl Scheduler {
                 self.tally.record(counted);
             }
             if !cycle.reports_done.is_empty() {
-                self.forget_reports(&cycle.reports_done, &[]).await;
+                // Off the turn: the next turn need not wait for Redis, and a
+                // report left behind is removed by a later sweep.
+                let (redis, keys) = (self.redis.clone(), self.keys.clone());
+                let done = std::mem::take(&mut cycle.reports_done);
+                tokio::spawn(async move { forget_reports(&redis, &keys, &done, &[]).await });
             }
             for event in cycle.events.drain(..) {
                 self.events.publish(event);
@@ -718,20 +722,6 @@ impl Scheduler {
     /// Runs the database transaction of a turn; returns how it ended.
     async fn apply(&mut self, cycle: &mut Cycle) -> Commit {
         let now = now_ms();
-        let payloads = if cycle.dispatches.is_empty() {
-            Ok(vec![])
-        } else {
-            let ids: Vec<TaskId> = cycle.dispatches.iter().map(|d| d.attempt.task).collect();
-            self.store.dispatch_payloads(&ids).await
-        };
-        let payloads = match payloads {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot load dispatch payloads; reloading state");
-                self.fail_submits(cycle, &e.to_string());
-                return Commit::failed(&e);
-            }
-        };
         let (writes, kinds, offset) = cycle.take_writes();
         let inserts = std::mem::take(&mut cycle.inserts);
         let batch = Batch {
@@ -803,7 +793,7 @@ impl Scheduler {
         }
         // Dispatches whose write applied go out now.
         let mut by_id: std::collections::HashMap<TaskId, crate::store::DispatchPayload> =
-            payloads.into_iter().map(|p| (p.id, p)).collect();
+            result.payloads.into_iter().map(|p| (p.id, p)).collect();
         for d in std::mem::take(&mut cycle.dispatches) {
             if !result
                 .applied
@@ -886,25 +876,11 @@ impl Scheduler {
     /// Removes reports from Redis; returns the round trips made (a failed
     /// request counts: it was waited for).
     async fn forget_reports(
-        &mut self,
+        &self,
         done: &[trainyard_proto::AttemptRef],
         garbage: &[String],
     ) -> u32 {
-        let mut con = match self.redis.connection().await {
-            Ok(con) => con,
-            Err(e) => {
-                tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
-                return 0;
-            }
-        };
-        match crate::sweep::forget_reports(&mut con, &self.keys, done, garbage).await {
-            Ok(round_trips) => round_trips,
-            Err(e) => {
-                // They are picked up again by a later sweep, seen as stale, and removed then.
-                tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
-                1
-            }
-        }
+        forget_reports(&self.redis, &self.keys, done, garbage).await
     }
 
     /// Runs every turn: one pass over the live tasks, one over the hosts.
@@ -950,6 +926,32 @@ impl Scheduler {
             .collect();
         hosts.sort_by(|a, b| a.id.cmp(&b.id));
         hosts
+    }
+}
+
+/// Removes recorded reports (and `garbage` entries of the pending set)
+/// from Redis; returns the round trips made (a failed request counts: it
+/// was waited for).
+async fn forget_reports(
+    redis: &RedisLink,
+    keys: &Keys,
+    done: &[trainyard_proto::AttemptRef],
+    garbage: &[String],
+) -> u32 {
+    let mut con = match redis.connection().await {
+        Ok(con) => con,
+        Err(e) => {
+            tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+            return 0;
+        }
+    };
+    match crate::sweep::forget_reports(&mut con, keys, done, garbage).await {
+        Ok(round_trips) => round_trips,
+        Err(e) => {
+            // They are picked up again by a later sweep, seen as stale, and removed then.
+            tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
+            1
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 use super::batch::{self, Action, Batch, BatchResult, Next, Write};
 use super::statements::*;
 use super::values::{self, Col, Param};
-use super::{json, Backend, Result, Store, StoreError};
+use super::{json, Backend, DispatchPayload, Result, Store, StoreError};
 use crate::model::{NewTask, StoredCheckpoint, TaskStatus};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -31,6 +31,7 @@ pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
         conn: &mut tx,
         backend,
         now: batch.now_ms,
+        payloads: vec![],
     };
     let inserted = writer.insert_tasks(&batch.inserts).await?;
     let sweeps = super::sweeps::insert(
@@ -57,6 +58,7 @@ pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
             applied[i] = i64::try_from(batch.writes[i].task()).is_ok_and(|id| done.contains(&id));
         }
     }
+    let payloads = std::mem::take(&mut writer.payloads);
     tx.commit()
         .await
         .map_err(StoreError::db("commit a batch"))?;
@@ -64,6 +66,7 @@ pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
         inserted,
         sweeps,
         applied,
+        payloads,
     })
 }
 
@@ -73,6 +76,9 @@ struct Writer<'c> {
     backend: Backend,
     /// The batch clock, bound as `{now}`.
     now: i64,
+    /// What the applied dispatches' messages need, as their statement
+    /// returned it.
+    payloads: Vec<DispatchPayload>,
 }
 
 impl Writer<'_> {
@@ -250,9 +256,15 @@ impl Writer<'_> {
             }
         }
         let action = "record dispatches";
-        let done = self
-            .changed(action, DISPATCH_TASKS, DISPATCH_COLS, &tasks)
+        let returned = self
+            .run(action, &dispatch_tasks(), DISPATCH_COLS, &tasks)
             .await?;
+        let payloads = returned
+            .iter()
+            .map(super::rows::dispatch_payload)
+            .collect::<Result<Vec<_>>>()?;
+        let done = payloads.iter().map(|p| p.id as i64).collect();
+        self.payloads.extend(payloads);
         self.follow_up(
             action,
             DISPATCH_ATTEMPTS,

@@ -25,7 +25,7 @@ pub struct Batch {
 }
 
 /// What a batch did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct BatchResult {
     /// The ids of `Batch::inserts`, in their order.
     pub inserted: Vec<TaskId>,
@@ -34,6 +34,9 @@ pub struct BatchResult {
     /// `applied[i]` says whether `writes[i]` found the task in the state it
     /// expected and changed it.
     pub applied: Vec<bool>,
+    /// What the Dispatch messages of the dispatches that applied need, in
+    /// any order.
+    pub payloads: Vec<super::DispatchPayload>,
 }
 
 /// A conditional transition of one task.

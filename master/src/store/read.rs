@@ -2,7 +2,7 @@
 //! picture from, what a dispatch carries, the API's views of tasks and hosts.
 //! Also the one write outside a batch, recording a host that said hello.
 
-use super::values::{self, Col, Param};
+use super::values::{self, Param};
 use super::{json, rows, Backend, Result, Store, StoreError};
 use crate::model::{HostRecord, StoredCheckpoint, Task, TaskDetail, TaskStatus};
 use std::collections::BTreeMap;
@@ -147,29 +147,6 @@ impl Store {
             .await
             .map_err(StoreError::db("read the live tasks"))?;
         found.iter().map(rows::live).collect()
-    }
-
-    /// What the Dispatch messages of these tasks need, in any order; ids
-    /// that do not exist are skipped.
-    pub async fn dispatch_payloads(&self, ids: &[TaskId]) -> Result<Vec<DispatchPayload>> {
-        let keys: Vec<Vec<Param>> = ids
-            .iter()
-            .filter_map(|id| i64::try_from(*id).ok())
-            .map(|id| vec![Param::int(id)])
-            .collect();
-        let template = format!(
-            "WITH v(v_id) AS (VALUES {{values}}) SELECT {} FROM tasks WHERE id IN (SELECT v_id FROM v)",
-            rows::PAYLOAD_COLUMNS
-        );
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(StoreError::db("read dispatch payloads"))?;
-        let found = values::run(&mut conn, self.backend, &template, &[Col::Int], &keys, None)
-            .await
-            .map_err(StoreError::db("read dispatch payloads"))?;
-        found.iter().map(rows::dispatch_payload).collect()
     }
 
     /// A read-only transaction whose statements all see one snapshot:

@@ -32,11 +32,18 @@ pub(super) const INSERT_COLS: &[Col] = &[
     Col::Text,
 ];
 
-pub(super) const DISPATCH_TASKS: &str = "WITH v(v_id, v_from, v_attempt, v_host, v_deadline) AS (VALUES {values}) \
-     UPDATE tasks SET status = 'DISPATCHED', attempt = v_attempt, host_id = v_host, slot = NULL, \
-         progress = NULL, cancel_requested = 0, dispatch_deadline_ms = v_deadline, updated_at_ms = {now} \
-     FROM v WHERE id = v_id AND status = 'PENDING' AND attempt = v_from AND v_attempt > v_from \
-     RETURNING id";
+/// Returns what the Dispatch messages need (`rows::PAYLOAD_COLUMNS`, `id`
+/// first), so that no read precedes the transaction.
+pub(super) fn dispatch_tasks() -> String {
+    format!(
+        "WITH v(v_id, v_from, v_attempt, v_host, v_deadline) AS (VALUES {{values}}) \
+         UPDATE tasks SET status = 'DISPATCHED', attempt = v_attempt, host_id = v_host, slot = NULL, \
+             progress = NULL, cancel_requested = 0, dispatch_deadline_ms = v_deadline, updated_at_ms = {{now}} \
+         FROM v WHERE id = v_id AND status = 'PENDING' AND attempt = v_from AND v_attempt > v_from \
+         RETURNING {}",
+        super::rows::PAYLOAD_COLUMNS
+    )
+}
 pub(super) const DISPATCH_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int, Col::Text, Col::Int];
 
 pub(super) const DISPATCH_ATTEMPTS: &str =

@@ -506,10 +506,24 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
     assert_eq!(requeued.finished_at_ms, None);
     assert_eq!(store.pending().await.unwrap()[0].attempt, 1);
 
-    // The next attempt is handed the checkpoint of the first.
-    let payloads = store.dispatch_payloads(&[id, 424_242]).await.unwrap();
+    // The next attempt is handed the checkpoint of the first: the dispatch
+    // returns what its message needs, and only for dispatches that applied.
+    let dispatched = store
+        .apply(&Batch {
+            sweeps: vec![],
+            inserts: vec![],
+            writes: vec![
+                dispatch(id, 1, "gpu-2"),
+                dispatch(424_242, 0, "gpu-2"),
+                start(id, 2, 1),
+            ],
+            now_ms: NOW + 3,
+        })
+        .await
+        .unwrap();
+    assert_eq!(dispatched.applied, [true, false, true]);
     assert_eq!(
-        payloads,
+        dispatched.payloads,
         vec![DispatchPayload {
             id,
             adapter: "ppo".into(),
@@ -519,17 +533,7 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
             timeout_secs: Some(600),
             resources: Default::default(),
         }],
-        "missing ids are skipped"
-    );
-
-    assert_eq!(
-        apply(
-            &store,
-            NOW + 3,
-            vec![dispatch(id, 1, "gpu-2"), start(id, 2, 1)]
-        )
-        .await,
-        [true, true]
+        "a missing task has no payload"
     );
     apply(
         &store,
@@ -970,10 +974,18 @@ async fn ten_thousand_tasks_through_a_full_cycle(store: Store) {
         .iter()
         .map(|q| dispatch(q.id, q.attempt, "gpu-1"))
         .collect();
-    let payloads = store.dispatch_payloads(&ids).await.unwrap();
-    assert!(apply(&store, NOW + 1, dispatches).await.iter().all(|a| *a));
+    let dispatched = store
+        .apply(&Batch {
+            sweeps: vec![],
+            inserts: vec![],
+            writes: dispatches,
+            now_ms: NOW + 1,
+        })
+        .await
+        .unwrap();
+    assert!(dispatched.applied.iter().all(|a| *a));
     phases.push(("dispatch", t.elapsed()));
-    assert_eq!(payloads.len(), N);
+    assert_eq!(dispatched.payloads.len(), N);
 
     let t = Instant::now();
     let starts = ids
@@ -1086,10 +1098,17 @@ async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store
         ResourceRequest::default()
     );
 
-    apply(&store, NOW + 1, vec![dispatch(id, 0, "gpu-1")]).await;
+    let dispatched = store
+        .apply(&Batch {
+            sweeps: vec![],
+            inserts: vec![],
+            writes: vec![dispatch(id, 0, "gpu-1")],
+            now_ms: NOW + 1,
+        })
+        .await
+        .unwrap();
     assert_eq!(store.live().await.unwrap()[0].resources, request);
-    let payload = store.dispatch_payloads(&[id]).await.unwrap();
-    assert_eq!(payload[0].resources, request);
+    assert_eq!(dispatched.payloads[0].resources, request);
     let given = Assignment {
         gpus: vec!["1".into(), "3".into()],
         cpus: Some(1.5),
