@@ -56,8 +56,9 @@ impl SubmitReply {
 pub enum WriteKind {
     /// Must apply; if it does not, the scheduler reloads from the database.
     Required,
-    /// Best effort: progress of an attempt that may have just ended.
-    Progress,
+    /// Best effort: progress of an attempt that may have just ended, or an
+    /// assignment that may be recorded already.
+    BestEffort,
 }
 
 #[derive(Default)]
@@ -86,6 +87,11 @@ impl Cycle {
     pub fn write(&mut self, write: Write) -> usize {
         self.writes.push((write, WriteKind::Required));
         self.writes.len() - 1
+    }
+
+    /// A write that may find nothing to change without anything being wrong.
+    pub fn write_best_effort(&mut self, write: Write) {
+        self.writes.push((write, WriteKind::BestEffort));
     }
 
     pub fn has_writes(&self) -> bool {
@@ -154,7 +160,7 @@ impl Cycle {
                 progress,
                 checkpoint,
             });
-            kinds.push(WriteKind::Progress);
+            kinds.push(WriteKind::BestEffort);
         }
         let offset = writes.len();
         for (w, k) in self.writes.drain(..) {

@@ -74,6 +74,7 @@ impl Scheduler {
                     runs: task.runs,
                     max_attempts: task.max_attempts,
                     submitted: task.submitted,
+                    assignment_unknown: false,
                 },
             );
             cycle.events.push(self.event(

@@ -302,12 +302,11 @@ impl Scheduler {
                 if let Some(h) = self.state.hosts.get_mut(host) {
                     h.reported.insert(attempt, Need::held(&assignment));
                 }
-                match self.state.current(attempt, host).map(|l| l.status) {
-                    Some(TaskStatus::Dispatched) => {
-                        self.mark_running(attempt, slot, Some(assignment), cycle)
-                    }
-                    Some(_) => {}
-                    None => {
+                match named(self.current_view(attempt, host), true) {
+                    Named::Start => self.mark_running(attempt, slot, Some(assignment), cycle),
+                    Named::Assign => self.record_assignment(attempt, assignment, cycle),
+                    Named::Keep => {}
+                    Named::Stop => {
                         let reason = self.stop_reason(attempt);
                         cycle.send(host, session, MasterMessage::Stop { attempt, reason });
                     }
@@ -368,12 +367,13 @@ impl Scheduler {
         cycle: &mut Cycle,
     ) {
         for r in running {
-            match self.state.current(r.attempt, host).map(|l| l.status) {
-                Some(TaskStatus::Dispatched) if r.leased => {
+            match named(self.current_view(r.attempt, host), r.leased) {
+                Named::Start => {
                     self.mark_running(r.attempt, r.slot, Some(r.assignment.clone()), cycle)
                 }
-                Some(_) => {}
-                None => {
+                Named::Assign => self.record_assignment(r.attempt, r.assignment.clone(), cycle),
+                Named::Keep => {}
+                Named::Stop => {
                     let reason = self.stop_reason(r.attempt);
                     tracing::info!(%host, attempt = %r.attempt, %reason, "telling host to stop an attempt that is not its to run");
                     cycle.send(
@@ -387,6 +387,32 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// The status of `attempt` if it is its task's current attempt on
+    /// `host`, and whether its assignment is still unknown.
+    fn current_view(&self, attempt: AttemptRef, host: &HostId) -> Option<(TaskStatus, bool)> {
+        self.state
+            .current(attempt, host)
+            .map(|l| (l.status, l.assignment_unknown))
+    }
+
+    /// Records the assignment of a running attempt that was started from its
+    /// lease alone (a restarted master's reconciliation, or the sweep for a
+    /// host that was gone), once its host names the attempt again.
+    fn record_assignment(
+        &mut self,
+        attempt: AttemptRef,
+        assignment: Assignment,
+        cycle: &mut Cycle,
+    ) {
+        if let Some(live) = self.state.live.get_mut(&attempt.task) {
+            live.assignment_unknown = false;
+        }
+        cycle.write_best_effort(Write::Assign {
+            attempt,
+            assignment,
+        });
     }
 
     /// DISPATCHED -> RUNNING: the host holds the lease and runs the attempt
@@ -405,6 +431,7 @@ impl Scheduler {
             return;
         }
         live.status = TaskStatus::Running;
+        live.assignment_unknown = assignment.is_none();
         live.slot = Some(slot);
         live.runs += 1;
         live.dispatch_deadline_ms = None;
@@ -470,9 +497,45 @@ impl Scheduler {
     }
 }
 
+/// What the master does about an attempt a host names as its own, in its
+/// acceptance, hello or heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// Its acceptance was lost: it runs.
+    Start,
+    /// It was started from its lease alone: record the host's assignment.
+    Assign,
+    Keep,
+    /// Not the task's current attempt on this host: the host must stop it.
+    Stop,
+}
+
+/// `current`: the attempt's status and whether its assignment is unknown,
+/// if it is its task's current attempt on that host; `leased`: whether the
+/// host holds its lease (one still taking it has not started, and the lease
+/// decides).
+fn named(current: Option<(TaskStatus, bool)>, leased: bool) -> Named {
+    match current {
+        Some((TaskStatus::Dispatched, _)) if leased => Named::Start,
+        Some((TaskStatus::Running, true)) => Named::Assign,
+        Some(_) => Named::Keep,
+        None => Named::Stop,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_started_from_its_lease_gets_its_assignment_when_its_host_names_it() {
+        use TaskStatus::{Dispatched, Running};
+        assert_eq!(named(Some((Dispatched, false)), true), Named::Start);
+        assert_eq!(named(Some((Dispatched, false)), false), Named::Keep);
+        assert_eq!(named(Some((Running, true)), true), Named::Assign);
+        assert_eq!(named(Some((Running, false)), true), Named::Keep);
+        assert_eq!(named(None, true), Named::Stop);
+    }
 
     fn holder(last_seen: Instant) -> Option<Holder> {
         Some(Holder {

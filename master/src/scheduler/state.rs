@@ -44,6 +44,9 @@ pub struct Live {
     /// When the task was submitted, until its first attempt starts
     /// ([`super::queue::Queued::submitted`]).
     pub submitted: Option<Instant>,
+    /// Started from its lease alone: the assignment its host gave it is
+    /// recorded when the host next names the attempt.
+    pub assignment_unknown: bool,
 }
 
 impl Live {
@@ -202,6 +205,7 @@ impl State {
                 runs: t.runs,
                 max_attempts: t.max_attempts,
                 submitted: None,
+                assignment_unknown: false,
             };
             self.assign(t.id, live);
         }
@@ -324,6 +328,7 @@ mod tests {
             runs: 1,
             max_attempts: 3,
             submitted: None,
+            assignment_unknown: false,
         };
         state.assign(7, live);
         assert_eq!(

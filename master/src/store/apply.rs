@@ -156,6 +156,7 @@ impl Writer<'_> {
             Action::Start => self.start(writes).await,
             Action::Progress => self.progress(writes).await,
             Action::Finish => self.finish(writes).await,
+            Action::Assign => self.assign(writes).await,
             Action::RequestCancel => {
                 let rows = writes
                     .iter()
@@ -274,6 +275,25 @@ impl Writer<'_> {
         )
         .await?;
         Ok(done)
+    }
+
+    async fn assign(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+        let mut rows = Vec::with_capacity(writes.len());
+        for (write, id) in writes {
+            if let Write::Assign {
+                attempt,
+                assignment,
+            } = write
+            {
+                rows.push(vec![
+                    Param::int(*id),
+                    Param::int(attempt.attempt),
+                    Param::owned_text(json::assignment(assignment)?),
+                ]);
+            }
+        }
+        self.changed("record assignments", ASSIGN_ATTEMPTS, ASSIGN_COLS, &rows)
+            .await
     }
 
     async fn start(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {

@@ -79,6 +79,12 @@ pub enum Write {
         metrics: Option<Metrics>,
         next: Next,
     },
+    /// Records the assignment of a running attempt whose start was
+    /// inferred from its lease alone, where its attempt row has none.
+    Assign {
+        attempt: AttemptRef,
+        assignment: Assignment,
+    },
     /// Sets cancel_requested on the live task if `attempt` is current.
     RequestCancel { attempt: AttemptRef },
     /// PENDING -> CANCELLED.
@@ -111,6 +117,7 @@ impl Write {
             Write::Start { attempt, .. }
             | Write::Progress { attempt, .. }
             | Write::Finish { attempt, .. }
+            | Write::Assign { attempt, .. }
             | Write::RequestCancel { attempt } => attempt.task,
         }
     }
@@ -121,6 +128,7 @@ impl Write {
             Write::Start { .. } => Action::Start,
             Write::Progress { .. } => Action::Progress,
             Write::Finish { .. } => Action::Finish,
+            Write::Assign { .. } => Action::Assign,
             Write::RequestCancel { .. } => Action::RequestCancel,
             Write::CancelPending { .. } => Action::CancelPending,
         }
@@ -134,6 +142,7 @@ pub(super) enum Action {
     Start,
     Progress,
     Finish,
+    Assign,
     RequestCancel,
     CancelPending,
 }
@@ -241,6 +250,14 @@ impl fmt::Debug for Write {
                 .field("error", error)
                 .field("metrics", metrics)
                 .field("next", next)
+                .finish(),
+            Write::Assign {
+                attempt,
+                assignment,
+            } => f
+                .debug_struct("Assign")
+                .field("attempt", attempt)
+                .field("assignment", assignment)
                 .finish(),
             Write::RequestCancel { attempt } => f
                 .debug_struct("RequestCancel")

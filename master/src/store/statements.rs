@@ -64,6 +64,14 @@ pub(super) const START_ATTEMPTS: &str =
 pub(super) const START_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int];
 pub(super) const START_ATTEMPT_COLS: &[Col] = &[Col::Int, Col::Int, Col::Int, Col::Text];
 
+/// Only where none is recorded: the host's own word at its start wins.
+pub(super) const ASSIGN_ATTEMPTS: &str =
+    "WITH v(v_id, v_attempt, v_assignment) AS (VALUES {values}) \
+     UPDATE attempts SET assignment = v_assignment \
+     FROM v WHERE task_id = v_id AND attempt = v_attempt AND assignment IS NULL \
+     RETURNING task_id";
+pub(super) const ASSIGN_COLS: &[Col] = &[Col::Int, Col::Int, Col::Text];
+
 /// Replaces the stored checkpoint where the row brings one (`v_ck = 1`).
 const CHECKPOINT_SET: &str =
     "checkpoint_attempt = CASE WHEN v_ck = 1 THEN v_ck_attempt ELSE checkpoint_attempt END, \

@@ -60,6 +60,7 @@ on_both_backends!(
     unreadable_rows_are_errors_naming_task_and_column,
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
+    an_assignment_learnt_after_the_start_is_recorded_only_where_none_is,
     a_version_pin_is_kept_with_the_task_and_the_version_run_with_the_attempt,
     progress_points_page_in_order_and_thinning_keeps_the_extremes,
     progress_points_without_a_return_do_not_spoil_later_batches,
@@ -1123,6 +1124,65 @@ async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store
     let shown = detail(&store, id).await;
     assert_eq!(shown.task.resources, request);
     assert_eq!(shown.attempts[0].assignment, Some(given));
+}
+
+async fn an_assignment_learnt_after_the_start_is_recorded_only_where_none_is(store: Store) {
+    let [leased, accepted] = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await[..]
+    else {
+        unreachable!()
+    };
+    use trainyard_proto::resources::Assignment;
+    let given = |gpu: &str| Assignment {
+        gpus: vec![gpu.into()],
+        cpus: Some(0.5),
+        memory_bytes: None,
+    };
+    let start = |task, assignment| Write::Start {
+        attempt: AttemptRef::new(task, 1),
+        slot: 0,
+        assignment,
+    };
+    let assign = |task, gpu| Write::Assign {
+        attempt: AttemptRef::new(task, 1),
+        assignment: given(gpu),
+    };
+    // One started from its lease alone, one from its host's acceptance.
+    let writes = vec![
+        dispatch(leased, 0, "gpu-1"),
+        dispatch(accepted, 0, "gpu-1"),
+        start(leased, None),
+        start(accepted, Some(given("0"))),
+    ];
+    assert_eq!(apply(&store, NOW + 1, writes).await, [true; 4]);
+    assert_eq!(detail(&store, leased).await.attempts[0].assignment, None);
+
+    let writes = vec![
+        assign(leased, "1"),
+        assign(accepted, "1"),
+        Write::Assign {
+            attempt: AttemptRef::new(leased, 2),
+            assignment: given("1"),
+        },
+    ];
+    assert_eq!(apply(&store, NOW + 2, writes).await, [true, false, false]);
+    assert_eq!(
+        detail(&store, leased).await.attempts[0].assignment,
+        Some(given("1"))
+    );
+    assert_eq!(
+        detail(&store, accepted).await.attempts[0].assignment,
+        Some(given("0")),
+        "the host's word at the start is kept"
+    );
+    // Once recorded, it stays.
+    assert_eq!(
+        apply(&store, NOW + 3, vec![assign(leased, "2")]).await,
+        [false]
+    );
+    assert_eq!(
+        detail(&store, leased).await.attempts[0].assignment,
+        Some(given("1"))
+    );
 }
 
 async fn a_version_pin_is_kept_with_the_task_and_the_version_run_with_the_attempt(store: Store) {
