@@ -289,20 +289,7 @@ async fn a_reconnecting_host_running_an_attempt_that_was_given_away_is_told_to_s
     assert_eq!(status(&s, id).await.0, TaskStatus::Dispatched);
     // host-b takes attempt 2's lease, as a real host does before accepting,
     // so the attempt stays RUNNING until its report however slow the turn.
-    let mut con = redis::Client::open(s._redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let options = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
-    let _: () = con
-        .set_options("worker:host-b/0:task", format!("{id}@2"), options)
-        .await
-        .unwrap();
-    let _: () = con
-        .set_options(format!("task:{id}:workerId"), "host-b/0@2", options)
-        .await
-        .unwrap();
+    take_lease(&s, "host-b", second).await;
     b.send(HostMessage::Accepted {
         attempt: second,
         slot: 0,
@@ -335,12 +322,42 @@ async fn a_stale_lease_found_at_start_up_has_its_host_told_to_stop() {
     );
 }
 
+/// Writes the lease of `attempt` in slot 0 of `host` for a minute, as a
+/// real host does before it accepts: the sweep then keeps the attempt
+/// RUNNING however slow the test.
+async fn take_lease(s: &Setup, host: &str, attempt: AttemptRef) {
+    let mut con = redis::Client::open(s._redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let options = redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(60_000));
+    let (id, n) = (attempt.task, attempt.attempt);
+    let _: () = con
+        .set_options(
+            format!("worker:{host}/0:task"),
+            format!("{id}@{n}"),
+            options,
+        )
+        .await
+        .unwrap();
+    let _: () = con
+        .set_options(
+            format!("task:{id}:workerId"),
+            format!("{host}/0@{n}"),
+            options,
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn reports_for_tasks_a_host_was_never_given_change_nothing() {
     let s = master().await;
     let mut a = FakeHost::connect(&s, "host-a", vec![]).await;
     let id = submit_noop(&s).await;
     let attempt = dispatch_of(&a.expect("dispatch", |m| dispatch_of(m).is_some()).await).unwrap();
+    take_lease(&s, "host-a", attempt).await;
     a.send(HostMessage::Accepted {
         attempt,
         slot: 0,

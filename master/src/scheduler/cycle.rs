@@ -80,7 +80,7 @@ pub struct Cycle {
     pub events: Vec<TaskEvent>,
     /// What `/metrics` counts once the turn has committed.
     pub counted: Vec<Counted>,
-    pub replies: Vec<Box<dyn FnOnce(bool) + Send>>,
+    pub replies: Vec<Box<dyn FnOnce(bool) + Send + Sync>>,
 }
 
 impl Cycle {
@@ -144,7 +144,7 @@ impl Cycle {
     }
 
     /// Runs `reply` after the commit with whether it succeeded.
-    pub fn on_commit(&mut self, reply: impl FnOnce(bool) + Send + 'static) {
+    pub fn on_commit(&mut self, reply: impl FnOnce(bool) + Send + Sync + 'static) {
         self.replies.push(Box::new(reply));
     }
 

@@ -5,7 +5,8 @@
 //! sessions) on one channel. It runs in turns: take every waiting command,
 //! decide (pure code over the in-memory [`state`]), run the recovery sweep
 //! when it is due, plan dispatches for free slots, then commit all the turn's
-//! writes in one transaction and only then act on them (see [`cycle`]). Under
+//! writes in one transaction and only then act on them (see [`cycle`]); the
+//! commit overlaps the next turn (`commit`). Under
 //! load a turn carries thousands of commands, so the database sees a few large
 //! transactions instead of many small ones.
 //!
@@ -16,9 +17,10 @@
 //! [`cycle`] (one turn's effects), [`snapshot`] (what the API reads),
 //! `hosts` (admission, sessions and their messages), `reports` (recording
 //! an attempt's end), [`plan`] (which task goes where, pure), `dispatch`
-//! (turning the plan into writes), `recover` (the sweep and start-up
-//! reconciliation).
+//! (turning the plan into writes), `commit` (a turn's transaction and
+//! what follows it), `recover` (the sweep and start-up reconciliation).
 
+mod commit;
 pub mod cycle;
 mod dispatch;
 mod hosts;
@@ -37,8 +39,8 @@ use crate::events::{EventKind, Events, TaskEvent};
 use crate::model::{NewTask, TaskStatus};
 use crate::placement::{self, RouteError};
 use crate::search::{NewSweep, SweepId};
-use crate::store::{Batch, Store, Write};
-use cycle::{Cycle, WriteKind};
+use crate::store::{Store, Write};
+use cycle::Cycle;
 use serde::Serialize;
 use state::{SessionId, State};
 use std::collections::HashMap;
@@ -319,37 +321,6 @@ impl Epoch {
     }
 }
 
-/// How a turn's transaction ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Commit {
-    Done,
-    Failed,
-    /// Refused: another master's term has begun (see `store::leadership`).
-    Deposed,
-}
-
-impl Commit {
-    fn failed(error: &crate::store::StoreError) -> Self {
-        if matches!(error, crate::store::StoreError::Deposed { .. }) {
-            Commit::Deposed
-        } else {
-            Commit::Failed
-        }
-    }
-}
-
-/// Whether a message of the turn goes out after its commit. After a failed
-/// commit the state is reloaded, and every message still goes out but a
-/// report's acknowledgement: the host keeps the report and sends it again.
-/// A deposed master sends nothing: its hosts are the new leader's.
-fn goes_out(message: &MasterMessage, commit: Commit) -> bool {
-    match commit {
-        Commit::Done => true,
-        Commit::Failed => !matches!(message, MasterMessage::ReportAck { .. }),
-        Commit::Deposed => false,
-    }
-}
-
 pub struct Scheduler {
     state: State,
     store: Store,
@@ -372,6 +343,10 @@ pub struct Scheduler {
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
+    /// The turn whose commit is under way.
+    in_flight: Option<commit::InFlight>,
+    /// Tasks joined the queue since dispatches were last planned.
+    queued_unplanned: bool,
     /// The connected hosts after the latest turn, for the API to explain
     /// why a task waits without asking the scheduler.
     placement: watch::Sender<Arc<placement::Snapshot>>,
@@ -434,6 +409,8 @@ impl Scheduler {
             tally: tally::Tally::default(),
             turns: 0,
             resync: false,
+            in_flight: None,
+            queued_unplanned: false,
             placement: watch::Sender::new(Arc::default()),
             publisher,
         };
@@ -464,12 +441,19 @@ impl Scheduler {
         let mut more_work = false;
         loop {
             if self.resync {
+                self.land().await;
                 self.reload().await;
             }
             let sweep_at = tokio::time::Instant::from_std(next_sweep);
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
+                committed = commit::landing(&mut self.in_flight), if self.in_flight.is_some() => {
+                    self.landed(committed);
+                    self.publish();
+                    more_work |= self.more_work();
+                    continue;
+                }
                 n = self.rx.recv_many(&mut commands, self.config.max_batch) => {
                     if n == 0 {
                         break;
@@ -486,20 +470,27 @@ impl Scheduler {
                 self.handle(command, &mut cycle);
             }
             if Instant::now() >= next_sweep {
+                // The sweep reads the database: it sees every earlier turn.
+                self.land().await;
                 self.sweep(&mut cycle).await;
                 self.last_sweep = Some(Instant::now());
                 next_sweep = Instant::now() + sweep_every;
             }
+            self.queued_unplanned = false;
             self.plan_dispatches(&mut cycle);
-            let inserted = !cycle.inserts.is_empty();
             self.commit(cycle).await;
             self.tally.turn(turn_started.elapsed(), handled);
             self.publish();
-            // New tasks enter the queue at commit; dispatch them next turn
-            // without waiting for another command.
-            more_work = inserted && self.dispatch_possible();
+            more_work = self.more_work();
         }
+        self.land().await;
         tracing::info!("scheduler stopped");
+    }
+
+    /// Whether a turn should follow without waiting for a command: tasks
+    /// that landed after the last plan may be dispatched now.
+    fn more_work(&mut self) -> bool {
+        std::mem::take(&mut self.queued_unplanned) && self.dispatch_possible()
     }
 
     fn handle(&mut self, command: Command, cycle: &mut Cycle) {
@@ -684,156 +675,6 @@ impl Scheduler {
         }
     }
 
-    /// Commits the turn's writes, then acts on them.
-    async fn commit(&mut self, mut cycle: Cycle) {
-        let commit = if cycle.has_writes() {
-            self.apply(&mut cycle).await
-        } else {
-            Commit::Done
-        };
-        let committed = commit == Commit::Done;
-        for (host, session, message) in cycle.messages.drain(..) {
-            if goes_out(&message, commit) {
-                self.deliver(&host, session, message);
-            }
-        }
-        if committed {
-            for counted in cycle.counted.drain(..) {
-                self.tally.record(counted);
-            }
-            if !cycle.reports_done.is_empty() {
-                // Off the turn: the next turn need not wait for Redis, and a
-                // report left behind is removed by a later sweep.
-                let (redis, keys) = (self.redis.clone(), self.keys.clone());
-                let done = std::mem::take(&mut cycle.reports_done);
-                tokio::spawn(async move { forget_reports(&redis, &keys, &done, &[]).await });
-            }
-            for event in cycle.events.drain(..) {
-                self.events.publish(event);
-            }
-        } else {
-            self.resync = true;
-        }
-        for reply in cycle.replies.drain(..) {
-            reply(committed);
-        }
-    }
-
-    /// Runs the database transaction of a turn; returns how it ended.
-    async fn apply(&mut self, cycle: &mut Cycle) -> Commit {
-        let now = now_ms();
-        let (writes, kinds, offset) = cycle.take_writes();
-        let inserts = std::mem::take(&mut cycle.inserts);
-        let batch = Batch {
-            sweeps: std::mem::take(&mut cycle.sweeps),
-            inserts,
-            writes,
-            now_ms: now,
-        };
-        let result = match self.store.apply(&batch).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "task store write failed; reloading state");
-                self.fail_submits(cycle, &e.to_string());
-                return Commit::failed(&e);
-            }
-        };
-        for (i, applied) in result.applied.iter().enumerate() {
-            if !applied && kinds[i] == WriteKind::Required {
-                tracing::error!(write = ?batch.writes[i], "a write did not apply: the in-memory state disagrees with the database; reloading");
-                self.resync = true;
-            }
-        }
-        // Submissions: ids in order, then into the queue.
-        let mut ids = result.inserted.iter().copied();
-        let mut sweep_ids = result.sweeps.iter().copied();
-        let mut inserted = batch.inserts.iter();
-        for submit in cycle.submits.drain(..) {
-            let mine: Vec<TaskId> = ids.by_ref().take(submit.count).collect();
-            for id in &mine {
-                if let Some(task) = inserted.next() {
-                    cycle.counted.push(tally::Counted::Submitted {
-                        adapter: task.adapter.clone(),
-                    });
-                    self.state.queue.push(queue::Queued {
-                        id: *id,
-                        route: placement::Route::new(task.adapter.clone(), task.kind.clone())
-                            .pinned(task.version.clone()),
-                        need: placement::Need::of(&task.resources),
-                        priority: task.priority,
-                        attempt: 0,
-                        runs: 0,
-                        max_attempts: task.max_attempts,
-                        since: Instant::now(),
-                        submitted: Some(Instant::now()),
-                    });
-                    cycle
-                        .events
-                        .push(self.event(*id, TaskStatus::Pending, 0, None));
-                }
-            }
-            match submit.reply {
-                cycle::SubmitReply::Tasks(reply) => {
-                    let _ = reply.send(Ok(mine));
-                }
-                cycle::SubmitReply::Sweep(reply) => {
-                    let created = sweep_ids.next().map(|id| SweepCreated { id, tasks: mine });
-                    let _ = reply.send(created.ok_or_else(|| {
-                        SubmitError::Unavailable("the sweep was not recorded".into())
-                    }));
-                }
-            }
-        }
-        // Tests crash here: the dispatch is recorded, the host never hears of it.
-        if !cycle.dispatches.is_empty()
-            && crate::failpoints::hit("master-crash-after-dispatch-commit")
-        {
-            tracing::error!("fail point: crashing after committing a dispatch");
-            std::process::exit(86)
-        }
-        // Dispatches whose write applied go out now.
-        let mut by_id: std::collections::HashMap<TaskId, crate::store::DispatchPayload> =
-            result.payloads.into_iter().map(|p| (p.id, p)).collect();
-        for d in std::mem::take(&mut cycle.dispatches) {
-            if !result
-                .applied
-                .get(offset + d.write)
-                .copied()
-                .unwrap_or(false)
-            {
-                continue;
-            }
-            let Some(payload) = by_id.remove(&d.attempt.task) else {
-                tracing::error!(attempt = %d.attempt, "dispatched task has no payload");
-                self.resync = true;
-                continue;
-            };
-            let checkpoint = payload.checkpoint.map(|c| c.checkpoint);
-            let message = MasterMessage::Dispatch(trainyard_proto::messages::Dispatch {
-                attempt: d.attempt,
-                adapter: payload.adapter,
-                version: d.version,
-                kind: payload.kind,
-                params: payload.params,
-                checkpoint,
-                timeout_secs: payload.timeout_secs,
-                resources: payload.resources,
-            });
-            self.deliver(&d.host, d.session, message);
-        }
-        Commit::Done
-    }
-
-    fn fail_submits(&mut self, cycle: &mut Cycle, error: &str) {
-        for submit in cycle.submits.drain(..) {
-            submit
-                .reply
-                .fail(SubmitError::Unavailable(error.to_string()));
-        }
-        cycle.sweeps.clear();
-        cycle.dispatches.clear();
-    }
-
     /// Queues a message for a host's connection. A host whose outbox is full
     /// is not reading its connection; it is disconnected rather than allowed
     /// to hold memory.
@@ -952,24 +793,5 @@ async fn forget_reports(
             tracing::warn!(error = %e, count = done.len(), "could not remove recorded reports from Redis");
             1
         }
-    }
-}
-
-#[cfg(test)]
-mod commit_tests {
-    use super::*;
-
-    #[test]
-    fn a_deposed_master_sends_nothing_and_a_failed_commit_acknowledges_no_report() {
-        let ack = MasterMessage::ReportAck {
-            attempt: AttemptRef::new(7, 1),
-        };
-        let cancel = MasterMessage::Cancel {
-            attempt: AttemptRef::new(7, 1),
-        };
-        let sent = |commit| (goes_out(&ack, commit), goes_out(&cancel, commit));
-        assert_eq!(sent(Commit::Done), (true, true));
-        assert_eq!(sent(Commit::Failed), (false, true));
-        assert_eq!(sent(Commit::Deposed), (false, false));
     }
 }

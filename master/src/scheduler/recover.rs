@@ -409,6 +409,8 @@ impl Scheduler {
         );
         self.costs.reconcile = Some(stats);
         self.commit(cycle).await;
+        // Start-up ends with the reconciliation committed and acted on.
+        self.land().await;
     }
 }
 

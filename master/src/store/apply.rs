@@ -6,6 +6,10 @@
 //! the others changed nothing. The attempt rows of the applied writes follow
 //! in a second statement of the same transaction, so a task and its attempt
 //! row never disagree after a commit.
+//!
+//! Running the statements ([`execute`]) and committing ([`Executed::commit`])
+//! are separate steps, so that the scheduler can run a turn's statements on
+//! PostgreSQL while the turn before it commits.
 
 use super::batch::{self, Action, Batch, BatchResult, Next, Write};
 use super::statements::*;
@@ -20,9 +24,45 @@ use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::Checkpoint;
 use trainyard_proto::TaskId;
 
-pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
+/// A batch whose statements have run, in a transaction still open: its
+/// rows stay locked until [`Executed::commit`], and dropping it rolls the
+/// batch back.
+pub struct Executed {
+    /// `None` for an empty batch, which needs no transaction.
+    tx: Option<sqlx::Transaction<'static, sqlx::Any>>,
+    result: BatchResult,
+}
+
+impl Executed {
+    /// Commits the batch; returns what it did.
+    pub async fn commit(self) -> Result<BatchResult> {
+        if let Some(tx) = self.tx {
+            tx.commit()
+                .await
+                .map_err(StoreError::db("commit a batch"))?;
+        }
+        Ok(self.result)
+    }
+
+    /// Rolls the batch back now rather than when the connection is next
+    /// used, so that its rows are unlocked before this returns.
+    pub async fn rollback(self) -> Result<()> {
+        match self.tx {
+            Some(tx) => tx
+                .rollback()
+                .await
+                .map_err(StoreError::db("roll a batch back")),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
     if batch.inserts.is_empty() && batch.writes.is_empty() {
-        return Ok(BatchResult::default());
+        return Ok(Executed {
+            tx: None,
+            result: BatchResult::default(),
+        });
     }
     let backend = store.backend;
     let groups = batch::plan(&batch.writes);
@@ -59,14 +99,14 @@ pub(super) async fn apply(store: &Store, batch: &Batch) -> Result<BatchResult> {
         }
     }
     let payloads = std::mem::take(&mut writer.payloads);
-    tx.commit()
-        .await
-        .map_err(StoreError::db("commit a batch"))?;
-    Ok(BatchResult {
-        inserted,
-        sweeps,
-        applied,
-        payloads,
+    Ok(Executed {
+        tx: Some(tx),
+        result: BatchResult {
+            inserted,
+            sweeps,
+            applied,
+            payloads,
+        },
     })
 }
 

@@ -41,6 +41,7 @@ mod values;
 mod tests;
 
 pub use activity::EndedAttempts;
+pub use apply::Executed;
 pub use batch::{Batch, BatchResult, Next, Write};
 pub use connect::backend_of;
 /// A database or Redis URL with its password replaced by `***`.
@@ -219,6 +220,14 @@ impl Store {
     /// come back in order), then the writes, each reporting whether it
     /// applied. Any database error rolls the whole batch back.
     pub async fn apply(&self, batch: &Batch) -> Result<BatchResult> {
-        apply::apply(self, batch).await
+        self.execute(batch).await?.commit().await
+    }
+
+    /// Runs the batch's statements in a transaction left open: the returned
+    /// [`Executed`] commits it, or rolls it back when dropped. Rows the batch
+    /// changed stay locked until then, so on PostgreSQL a later batch that
+    /// writes them waits for this one's commit and then sees its effects.
+    pub async fn execute(&self, batch: &Batch) -> Result<Executed> {
+        apply::execute(self, batch).await
     }
 }

@@ -1516,3 +1516,108 @@ async fn a_deposed_leaders_writes_are_refused_by_term_and_change_nothing() {
     }
     store.close().await;
 }
+
+/// What the scheduler's overlapped turns rest on (PostgreSQL): a write to a
+/// row the batch before it changed, still uncommitted, waits for that batch
+/// and applies to what it committed, when the row as last committed already
+/// met the write's condition; when only the uncommitted batch would make it
+/// true, the write does not wait and does not apply. The scheduler runs
+/// such a write only after the batch before it has committed
+/// (`scheduler::commit::rests_on`).
+#[tokio::test]
+async fn a_batch_run_while_the_one_before_commits_waits_for_its_rows() {
+    let db = trainyard_testkit::fresh_postgres().await;
+    let store = connect(&db.url).await;
+    let batch = |now_ms, writes| Batch {
+        sweeps: vec![],
+        inserts: vec![],
+        writes,
+        now_ms,
+    };
+    let [a, b] = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await[..] else {
+        unreachable!()
+    };
+    apply(
+        &store,
+        NOW + 1,
+        vec![
+            dispatch(a, 0, "gpu-1"),
+            dispatch(b, 0, "gpu-1"),
+            start(b, 1, 0),
+        ],
+    )
+    .await;
+
+    // Started in one batch, finished in the next: the finish waits.
+    let first = store
+        .execute(&batch(NOW + 2, vec![start(a, 1, 0)]))
+        .await
+        .unwrap();
+    let done = Next::Completed {
+        result: ResultView::default(),
+        checkpoint: None,
+    };
+    let next = tokio::spawn({
+        let (store, finish) = (
+            store.clone(),
+            batch(
+                NOW + 3,
+                vec![finish(a, 1, AttemptOutcome::Completed, None, done)],
+            ),
+        );
+        async move { store.execute(&finish).await }
+    });
+    wait_for_a_lock_wait(&store).await;
+    assert!(
+        !next.is_finished(),
+        "the finish waits for the start's commit"
+    );
+    assert_eq!(first.commit().await.unwrap().applied, [true]);
+    let finished = next.await.unwrap().unwrap().commit().await.unwrap();
+    assert_eq!(finished.applied, [true]);
+    let task = detail(&store, a).await;
+    assert_eq!(
+        (task.task.status, task.task.runs),
+        (TaskStatus::Completed, 1)
+    );
+    let attempt = &task.attempts[0];
+    assert_eq!(
+        (attempt.started_at_ms, attempt.finished_at_ms),
+        (Some(NOW + 2), Some(NOW + 3))
+    );
+
+    // Requeued in one batch, dispatched again in the next: the dispatch
+    // finds the task still running and does not apply.
+    let lost = finish(b, 1, AttemptOutcome::LeaseLost, None, Next::Requeue);
+    let first = store.execute(&batch(NOW + 4, vec![lost])).await.unwrap();
+    let redispatch = store
+        .execute(&batch(NOW + 5, vec![dispatch(b, 1, "gpu-2")]))
+        .await
+        .unwrap();
+    assert_eq!(redispatch.commit().await.unwrap().applied, [false]);
+    assert_eq!(first.commit().await.unwrap().applied, [true]);
+    assert_eq!(detail(&store, b).await.task.status, TaskStatus::Pending);
+    store.close().await;
+}
+
+/// Polls until a backend of the test's database waits on a row lock.
+async fn wait_for_a_lock_wait(store: &Store) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no batch waited on a lock within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
