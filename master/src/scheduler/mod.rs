@@ -470,7 +470,8 @@ impl Scheduler {
                 self.handle(command, &mut cycle);
             }
             if Instant::now() >= next_sweep {
-                // The sweep reads the database: it sees every earlier turn.
+                // The sweep judges what Redis holds (reports among it)
+                // against what has committed: the turn in flight lands first.
                 self.land().await;
                 self.sweep(&mut cycle).await;
                 self.last_sweep = Some(Instant::now());
