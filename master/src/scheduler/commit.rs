@@ -230,9 +230,9 @@ impl Scheduler {
 
     /// Waits for the turn in flight, if any, and lands it.
     pub(super) async fn land(&mut self) {
-        if let Some(mut f) = self.in_flight.take() {
-            let committed = f.committed().await;
-            self.land_turn(f.turn, committed);
+        if self.in_flight.is_some() {
+            let committed = landing(&mut self.in_flight).await;
+            self.landed(committed);
         }
     }
 

@@ -225,8 +225,10 @@ impl Store {
 
     /// Runs the batch's statements in a transaction left open: the returned
     /// [`Executed`] commits it, or rolls it back when dropped. Rows the batch
-    /// changed stay locked until then, so on PostgreSQL a later batch that
-    /// writes them waits for this one's commit and then sees its effects.
+    /// changed stay locked until then. On PostgreSQL a later batch's write
+    /// to such a row waits for this one's commit and then sees its effects,
+    /// but only where the row as last committed already met the write's
+    /// condition; elsewhere the write does not apply.
     pub async fn execute(&self, batch: &Batch) -> Result<Executed> {
         apply::execute(self, batch).await
     }
