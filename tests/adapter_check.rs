@@ -2,7 +2,7 @@
 //! contract; the hostile ones fail, and the report names the cases they
 //! fail and says how to fix them.
 
-mod common;
+use crate::common;
 
 use common::{explain, stdout};
 

@@ -3,7 +3,7 @@
 //! alone. Every run points Redis and the database at a closed port and
 //! names no master, so an attempt that needed any of them would fail.
 
-mod common;
+use crate::common;
 
 use common::{explain, stdout};
 

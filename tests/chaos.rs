@@ -24,7 +24,7 @@
 // multi-process tests take the machine's ports and CPU one at a time.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{
     assert_attempts_never_overlapped, now_ms, read_trace, serial, test_timers, traced, Setup,

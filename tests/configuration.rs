@@ -10,7 +10,7 @@
 // `serial()` holds a std mutex across each multi-process test on purpose.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{adapter, binaries, serial};
 use serde_json::{json, Value};

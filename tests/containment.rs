@@ -6,7 +6,7 @@
 //! FAILED with a clear reason, with no process of it left in its cgroup or
 //! in `/proc`, and the host serving the next task.
 
-mod common;
+use crate::common;
 
 use common::{verdict, Setup, TestCluster};
 use serde_json::json;

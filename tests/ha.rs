@@ -9,7 +9,7 @@
 // multi-process tests take the machine's ports and CPU one at a time.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{
     assert_attempts_never_overlapped, leadership, logged, read_trace, serial, Leadership, Setup,

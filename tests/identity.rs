@@ -9,7 +9,7 @@
 // multi-process tests take the machine's ports and CPU one at a time.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{exited, logged, serial, Setup, TestCluster};
 use serde_json::json;

@@ -7,7 +7,7 @@
 // multi-process tests take the machine's ports and CPU one at a time.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{serial, Setup, TestCluster};
 use prometheus_parse::{Scrape, Value};

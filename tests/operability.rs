@@ -7,7 +7,7 @@
 // `serial()` holds a std mutex across each whole test on purpose.
 #![allow(clippy::await_holding_lock)]
 
-mod common;
+use crate::common;
 
 use common::{serial, Setup, TestCluster};
 use nix::sys::signal::{kill, Signal};

@@ -6,7 +6,7 @@
 //! unknown package and a package whose build fails end the task FAILED at
 //! once, with the installer's message; an unreachable index is retried.
 
-mod common;
+use crate::common;
 
 use common::{verdict, Setup, TestCluster};
 use serde_json::json;

@@ -6,16 +6,12 @@
 //! it timed out, while an operator needs the real cause ("connection refused",
 //! "password authentication failed", "database does not exist").
 
-use super::{Backend, Result, StoreError};
+use super::{migrations, Backend, Result, StoreError};
 use futures::future::BoxFuture;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::migrate::Migrator;
 use sqlx::{AnyConnection, AnyPool, ConnectOptions, Connection, Executor};
 use std::str::FromStr;
 use std::time::Duration;
-
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
 
 /// SQLite has one writer at a time; extra connections serve reads (WAL lets
 /// them run beside the writer).
@@ -55,17 +51,14 @@ pub(super) async fn open(url: &str, in_transaction: Duration) -> Result<(AnyPool
             url: shown.clone(),
             source,
         })?;
-    let migrator = match backend {
-        Backend::Sqlite => &SQLITE_MIGRATIONS,
-        Backend::Postgres => &POSTGRES_MIGRATIONS,
+    let migrated = match migrations::migrator(backend).await {
+        Ok(migrator) => migrator.run(&mut first).await,
+        Err(e) => Err(e),
     };
-    migrator
-        .run(&mut first)
-        .await
-        .map_err(|source| StoreError::Migrate {
-            url: shown.clone(),
-            source,
-        })?;
+    migrated.map_err(|source| StoreError::Migrate {
+        url: shown.clone(),
+        source,
+    })?;
     let _ = first.close().await;
 
     let max_connections = match backend {

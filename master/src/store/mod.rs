@@ -9,7 +9,8 @@
 //! fencing reaches the database. A batch commits in one transaction.
 //!
 //! # Layout
-//! - `connect`: URLs, connection settings, migrations.
+//! - `connect`: URLs, connection settings, running the migrations.
+//! - `migrations`: the migration files, embedded.
 //! - `lock`: one master per SQLite database ([`MasterLock`]).
 //! - `leadership`: which master leads on PostgreSQL, and the term that
 //!   fences its writes ([`Seat`], [`Held`]).
@@ -30,6 +31,7 @@ mod json;
 mod leadership;
 mod lock;
 mod logs;
+mod migrations;
 mod points;
 mod read;
 mod rows;
