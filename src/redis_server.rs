@@ -18,17 +18,33 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// out is ephemeral, and between this check and the server's own `bind`
 /// any outgoing connection on the machine may take it (seen with several
 /// test clusters running at once).
+///
+/// A port is free only until someone binds it, which may be seconds later
+/// (a standby master starts once the first one leads). So a port handed out
+/// is also [reserved](reserve) until this process exits, and never handed
+/// out twice: not by this process (a cluster's two listeners once got one),
+/// nor by another that reserves its ports the same way (another test
+/// cluster once took a standby's port before it listened).
 pub fn free_port() -> u16 {
-    // A port is free only until someone binds it: never hand the same one
-    // out twice in one process (a cluster's two listeners once got one).
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    static GIVEN: std::sync::Mutex<Vec<(u16, Option<Reservation>)>> =
+        std::sync::Mutex::new(Vec::new());
     let (low, high) = listen_range(ephemeral_range());
     let span = u64::from(high - low) + 1;
     for _ in 0..1000 {
         let port = low + (random_u64() % span) as u16;
         let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
+        if given.iter().any(|(p, _)| *p == port) {
+            continue;
+        }
+        let reservation = match reserve(port) {
+            Ok(reservation) => Some(reservation),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            // Cannot reserve at all (no abstract sockets here): free by the
+            // check below alone, as before reservations.
+            Err(_) => None,
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push((port, reservation));
             return port;
         }
     }
@@ -36,6 +52,23 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("cannot bind a loopback port")
+}
+
+/// A claim on a port among the processes of this machine's network
+/// namespace that reserve theirs this way: an abstract Unix socket named
+/// after the port, which only one socket can be bound to at a time and which
+/// the kernel releases when its process exits, however it exits. It claims
+/// nothing against a process that binds the port without asking.
+struct Reservation {
+    _socket: std::os::unix::net::UnixListener,
+}
+
+fn reserve(port: u16) -> std::io::Result<Reservation> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let name = format!("trainyard-port-{port}");
+    let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+    UnixListener::bind_addr(&address).map(|socket| Reservation { _socket: socket })
 }
 
 /// The kernel's ephemeral port range (Linux's default when unreadable).
@@ -194,7 +227,7 @@ impl Drop for RedisServer {
 
 #[cfg(test)]
 mod tests {
-    use super::{free_port, listen_range};
+    use super::{free_port, listen_range, reserve};
 
     #[test]
     fn servers_listen_outside_the_ephemeral_range() {
@@ -203,7 +236,7 @@ mod tests {
         assert_eq!(listen_range((1500, 65000)), (1024, 65535));
         let (low, high) = listen_range(super::ephemeral_range());
         let mut given = std::collections::HashSet::new();
-        for _ in 0..2000 {
+        for _ in 0..500 {
             let port = free_port();
             assert!(
                 (low..=high).contains(&port),
@@ -211,5 +244,25 @@ mod tests {
             );
             assert!(given.insert(port), "{port} handed out twice");
         }
+    }
+
+    #[test]
+    fn a_port_handed_out_stays_reserved_against_other_claims() {
+        let port = free_port();
+        let second = reserve(port).map(|_| ()).expect_err("reserved twice");
+        assert_eq!(second.kind(), std::io::ErrorKind::AddrInUse);
+        // What another process sees: the same name, taken.
+        let other = std::process::Command::new("python3")
+            .args([
+                "-c",
+                &format!(
+                    "import socket,sys\ns=socket.socket(socket.AF_UNIX)\n\
+                     try: s.bind(b'\\0trainyard-port-{port}')\n\
+                     except OSError: sys.exit(3)"
+                ),
+            ])
+            .status()
+            .expect("run python3");
+        assert_eq!(other.code(), Some(3), "another process could claim {port}");
     }
 }
