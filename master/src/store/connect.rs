@@ -51,14 +51,12 @@ pub(super) async fn open(url: &str, in_transaction: Duration) -> Result<(AnyPool
             url: shown.clone(),
             source,
         })?;
-    let migrated = match migrations::migrator(backend).await {
-        Ok(migrator) => migrator.run(&mut first).await,
-        Err(e) => Err(e),
-    };
-    migrated.map_err(|source| StoreError::Migrate {
-        url: shown.clone(),
-        source,
-    })?;
+    migrations::run(backend, &mut first)
+        .await
+        .map_err(|source| StoreError::Migrate {
+            url: shown.clone(),
+            source,
+        })?;
     let _ = first.close().await;
 
     let max_connections = match backend {

@@ -11,6 +11,7 @@
 use futures::future::BoxFuture;
 use sqlx::error::BoxDynError;
 use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Migrator};
+use sqlx::AnyConnection;
 
 use super::Backend;
 
@@ -18,8 +19,14 @@ mod files {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 }
 
+/// Brings the database on `conn` up to date with the backend's embedded
+/// migrations.
+pub(super) async fn run(backend: Backend, conn: &mut AnyConnection) -> Result<(), MigrateError> {
+    migrator(backend).await?.run(conn).await
+}
+
 /// The migrator of a backend's embedded migrations.
-pub(super) async fn migrator(backend: Backend) -> Result<Migrator, MigrateError> {
+async fn migrator(backend: Backend) -> Result<Migrator, MigrateError> {
     Migrator::new(Embedded(match backend {
         Backend::Sqlite => files::SQLITE,
         Backend::Postgres => files::POSTGRES,
