@@ -32,7 +32,7 @@ use super::Backends;
 use anyhow::{bail, Context};
 use futures::StreamExt;
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
 use trainyard_master::model::{Task, TaskStatus};
@@ -217,9 +217,23 @@ fn use_tls(
     Ok(mutual.then_some(dir))
 }
 
-/// Submission times of tasks, by id, in ms since the Unix epoch.
 /// Submitted tasks: id -> when the submission was sent (ms since the epoch).
 pub type Sent = HashMap<u64, i64>;
+
+/// What one run measured.
+struct Measured {
+    tasks: usize,
+    /// Tasks per second at saturation.
+    rate: f64,
+    submitted_in: Duration,
+    /// Submit→complete at saturation: p50, p99 in ms.
+    saturated: (f64, f64),
+    /// Submit→complete at half load: p50, p99 in ms, and the rate paced.
+    half: (f64, f64, f64),
+    cpu: CpuUse,
+    turns: u64,
+    master_rss: Option<u64>,
+}
 
 /// One run; its rows and its throughput in tasks/s.
 async fn one_backend(
@@ -238,8 +252,6 @@ async fn one_backend(
         (Work::Nothing, Transport::Tls) => "tls",
         (Work::Nothing, Transport::MutualTls) => "mtls",
     };
-    let spawn = work != Work::Nothing;
-    let tasks: usize = env.size(10_000, 60);
     let (hosts, slots) = env.size((16, 32), (2, 4));
     let mut stage = env.stage(bench, backend).await?;
     let host_certificates = match transport {
@@ -253,13 +265,12 @@ async fn one_backend(
         .cluster
         .wait_for_master(Duration::from_secs(30))
         .await?;
-    let programs = work.programs();
     let fleet = Fleet::start(
         &stage.cluster,
         &FleetSpec {
             count: hosts,
             slots,
-            adapters: vec![(env.adapter("noop"), programs)],
+            adapters: vec![(env.adapter("noop"), work.programs())],
             certificates: host_certificates,
         },
     )
@@ -268,35 +279,75 @@ async fn one_backend(
         .cluster
         .wait_for_hosts(&client, hosts, Duration::from_secs(60))
         .await?;
+    let pids = Pids {
+        master: master.pid().context("the master has no pid")?,
+        redis: stage.redis.pid().context("redis has no pid")?,
+        hosts: std::process::id(),
+        postgres: backend == "postgres",
+    };
+    let measured = measure(env, &stage.cluster, &client, work, &pids).await?;
+    let master_rss = master.pid().and_then(super::probe::rss_bytes);
+    fleet.shutdown().await;
+    master.stop(Duration::from_secs(10));
+
+    let label = format!("{backend}{}", transport.label());
+    let what = match work {
+        Work::Nothing => "no-work tasks".to_string(),
+        Work::Spawn => "`true` per task".to_string(),
+        Work::Lines(n) => format!("`seq {n}` per task"),
+    };
+    let mut rows = vec![Row::info(
+        bench,
+        format!("setup ({label})"),
+        format!(
+            "{} {what}, {hosts} light hosts × {slots} slots = {} slots",
+            measured.tasks,
+            hosts as u32 * slots
+        ),
+    )];
+    let measured = Measured {
+        master_rss,
+        ..measured
+    };
+    rows.extend(rows_of(bench, &label, work != Work::Nothing, &measured));
+    Ok((rows, measured.rate))
+}
+
+/// The three phases against a running cluster and fleet; fails unless
+/// every task completed in one run.
+async fn measure(
+    env: &BenchEnv,
+    cluster: &trainyard::cluster::Cluster,
+    client: &ApiClient,
+    work: Work,
+    pids: &Pids,
+) -> anyhow::Result<Measured> {
+    let tasks: usize = env.size(10_000, 60);
     let params = work.params();
 
     // 1. Warm-up.
     let warm = env.size(1_000, 10);
     let mut sent = Sent::new();
-    submit(&client, &params, warm, &mut sent).await?;
-    wait_terminal(&client, warm, Duration::from_secs(120)).await?;
+    submit(client, &params, warm, &mut sent).await?;
+    wait_terminal(client, warm, Duration::from_secs(120)).await?;
 
-    // 2. Saturation.
-    let pids = Pids {
-        master: master.pid().context("the master has no pid")?,
-        redis: stage.redis.pid().context("redis has no pid")?,
-        hosts: std::process::id(),
-        // The PostgreSQL server's processes (SQLite runs inside the master).
-        database: if backend == "postgres" {
-            super::probe::named("postgres")
-        } else {
-            vec![]
-        },
-    };
+    // 2. Saturation. The users' side runs on a thread of its own, so that
+    // the light hosts' CPU is this process's less that thread's.
     let cpu_before = pids.cpu();
-    let turns_before = turns(&client).await?;
-    let started = Instant::now();
-    let sent = submit_all(&client, &params, tasks).await?;
-    let submitted_in = started.elapsed();
-    wait_terminal(&client, warm + tasks, Duration::from_secs(600)).await?;
-    let cpu_used = pids.cpu().since(&cpu_before);
-    let turns_used = turns(&client).await?.saturating_sub(turns_before);
-    let saturated = collect(&client, &sent).await?;
+    let turns_before = turns(client).await?;
+    let users = cluster.client()?;
+    let users_params = params.clone();
+    let ((sent, submitted_in), users_cpu) = super::users::on_own_thread(move || async move {
+        let started = Instant::now();
+        let sent = submit_all(&users, &users_params, tasks).await?;
+        let submitted_in = started.elapsed();
+        wait_terminal(&users, warm + tasks, Duration::from_secs(600)).await?;
+        Ok((sent, submitted_in))
+    })
+    .await?;
+    let cpu = pids.cpu().since(&cpu_before).less_users(users_cpu);
+    let turns = turns(client).await?.saturating_sub(turns_before);
+    let saturated = collect(client, &sent).await?;
     let first_sent = *sent.values().min().context("nothing submitted")?;
     let last_done = saturated
         .iter()
@@ -306,38 +357,20 @@ async fn one_backend(
     let span = Duration::from_millis((last_done - first_sent).max(1) as u64);
     let rate = tasks as f64 / span.as_secs_f64();
     let mut lat: Vec<f64> = saturated.iter().map(|t| t.latency_ms).collect();
-    let (sat_p50, sat_p99) = median_p99(&mut lat).unwrap_or_default();
+    let saturated_lat = median_p99(&mut lat).unwrap_or_default();
 
     // 3. Half load.
-    let half = (rate / 2.0).max(1.0);
-    let phase = env.size(Duration::from_secs(5), Duration::from_millis(500));
-    let per_tick = ((half * PACE.as_secs_f64()).round() as usize).max(1);
-    let mut paced = Sent::new();
-    let phase_start = Instant::now();
-    let mut tick = tokio::time::interval(PACE);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while phase_start.elapsed() < phase {
-        tick.tick().await;
-        submit(&client, &params, per_tick, &mut paced).await?;
-    }
-    let paced_rate = paced.len() as f64 / phase_start.elapsed().as_secs_f64();
-    wait_terminal(
-        &client,
-        warm + tasks + paced.len(),
-        Duration::from_secs(600),
-    )
-    .await?;
-    let half_done = collect(&client, &paced).await?;
+    let (half_done, paced_rate) = half_load(env, client, &params, rate, warm + tasks).await?;
     let mut lat: Vec<f64> = half_done.iter().map(|t| t.latency_ms).collect();
     let (half_p50, half_p99) = median_p99(&mut lat).unwrap_or_default();
-
-    let peaks = master.pid().and_then(super::probe::rss_bytes);
     if let Work::Lines(n) = work {
-        let last = *paced.keys().max().context("nothing paced")?;
-        check_watched(&client, last, n).await?;
+        let last = half_done
+            .iter()
+            .map(|t| t.id)
+            .max()
+            .context("nothing paced")?;
+        check_watched(client, last, n).await?;
     }
-    fleet.shutdown().await;
-    master.stop(Duration::from_secs(10));
 
     // Every task ran once and completed.
     for t in saturated.iter().chain(&half_done) {
@@ -350,93 +383,104 @@ async fn one_backend(
             );
         }
     }
+    Ok(Measured {
+        tasks,
+        rate,
+        submitted_in,
+        saturated: saturated_lat,
+        half: (half_p50, half_p99, paced_rate),
+        cpu,
+        turns,
+        master_rss: None,
+    })
+}
 
-    let label = format!("{backend}{}", transport.label());
-    let what = match work {
-        Work::Nothing => "no-work tasks".to_string(),
-        Work::Spawn => "`true` per task".to_string(),
-        Work::Lines(n) => format!("`seq {n}` per task"),
-    };
-    let slots_total = hosts as u32 * slots;
-    let mut rows = vec![Row::info(
-        bench,
-        format!("setup ({label})"),
-        format!("{tasks} {what}, {hosts} light hosts × {slots} slots = {slots_total} slots"),
-    )];
-    let throughput = format!("{rate:.0} tasks/s");
-    if spawn {
-        rows.push(Row::info(
+/// Submits at `rate / 2` in small batches for a few seconds, waits for
+/// those tasks (`before` tasks ended earlier); returns them and the rate
+/// actually paced.
+async fn half_load(
+    env: &BenchEnv,
+    client: &ApiClient,
+    params: &serde_json::Value,
+    rate: f64,
+    before: usize,
+) -> anyhow::Result<(Vec<Done>, f64)> {
+    let half = (rate / 2.0).max(1.0);
+    let phase = env.size(Duration::from_secs(5), Duration::from_millis(500));
+    let per_tick = ((half * PACE.as_secs_f64()).round() as usize).max(1);
+    let mut paced = Sent::new();
+    let phase_start = Instant::now();
+    let mut tick = tokio::time::interval(PACE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while phase_start.elapsed() < phase {
+        tick.tick().await;
+        submit(client, params, per_tick, &mut paced).await?;
+    }
+    let paced_rate = paced.len() as f64 / phase_start.elapsed().as_secs_f64();
+    wait_terminal(client, before + paced.len(), Duration::from_secs(600)).await?;
+    Ok((collect(client, &paced).await?, paced_rate))
+}
+
+/// The rows of a run after its setup row; `spawn` runs report without
+/// the no-work targets.
+fn rows_of(bench: &str, label: &str, spawn: bool, m: &Measured) -> Vec<Row> {
+    let measure = |what: &str| format!("{what} ({label})");
+    let mut rows = vec![];
+    let throughput = format!("{:.0} tasks/s", m.rate);
+    rows.push(match spawn {
+        true => Row::info(bench, measure("throughput"), throughput),
+        false => Row::checked(
             bench,
-            format!("throughput ({label})"),
-            throughput,
-        ));
-    } else {
-        rows.push(Row::checked(
-            bench,
-            format!("throughput ({label})"),
+            measure("throughput"),
             throughput,
             ">= 5000 tasks/s",
-            rate >= 5000.0,
-        ));
-    }
+            m.rate >= 5000.0,
+        ),
+    });
+    let (sat_p50, sat_p99) = m.saturated;
     rows.push(Row::info(
         bench,
-        format!("submit→complete at saturation ({label})"),
+        measure("submit→complete at saturation"),
         format!(
             "p50 {sat_p50:.0} ms, p99 {sat_p99:.0} ms (submitting took {})",
-            human(submitted_in)
+            human(m.submitted_in)
         ),
     ));
+    let (half_p50, half_p99, paced_rate) = m.half;
     let half_fig = format!("p50 {half_p50:.1} ms, p99 {half_p99:.1} ms at {paced_rate:.0} tasks/s");
-    if spawn {
-        rows.push(Row::info(
+    let half_measure = measure("submit→complete at half load");
+    rows.push(match spawn {
+        true => Row::info(bench, half_measure, half_fig),
+        false => Row::checked(
             bench,
-            format!("submit→complete at half load ({label})"),
-            half_fig,
-        ));
-    } else {
-        rows.push(Row::checked(
-            bench,
-            format!("submit→complete at half load ({label})"),
+            half_measure,
             half_fig,
             "p99 < 50 ms",
             half_p99 < 50.0,
-        ));
-    }
-    let per_task = |d: Duration| d.as_secs_f64() * 1e6 / tasks as f64;
+        ),
+    });
     rows.push(Row::info(
         bench,
-        format!("CPU per task at saturation ({label})"),
-        format!(
-            "master {:.0} µs{}, light hosts {:.0} µs, Redis {:.0} µs{} (master alone: {:.0} tasks/s per core)",
-            per_task(cpu_used.master),
-            if pids.database.is_empty() { " (SQLite included)" } else { "" },
-            per_task(cpu_used.hosts),
-            per_task(cpu_used.redis),
-            if pids.database.is_empty() {
-                String::new()
-            } else {
-                format!(", PostgreSQL server {:.0} µs", per_task(cpu_used.database))
-            },
-            1e6 / per_task(cpu_used.master).max(1.0)
-        ),
+        measure("CPU per task at saturation"),
+        m.cpu.per_task(m.tasks),
     ));
     rows.push(Row::info(
         bench,
-        format!("scheduler turns at saturation ({label})"),
+        measure("scheduler turns at saturation"),
         format!(
-            "{turns_used} turns (one transaction each), {:.0} tasks per turn",
-            tasks as f64 / turns_used.max(1) as f64
+            "{} turns (one transaction each), {:.0} tasks per turn",
+            m.turns,
+            m.tasks as f64 / m.turns.max(1) as f64
         ),
     ));
-    if let Some(rss) = peaks {
+    if let Some(rss) = m.master_rss {
         rows.push(Row::info(
             bench,
-            format!("master RSS after the run ({label})"),
+            measure("master RSS after the run"),
             super::report::mib(rss),
         ));
     }
-    Ok((rows, rate))
+    rows
 }
 
 /// Submits `n` tasks of the noop adapter with these params, one request.
@@ -598,18 +642,24 @@ pub async fn read_tasks(client: &ApiClient, ids: &[u64]) -> anyhow::Result<Vec<T
 struct Pids {
     master: u32,
     redis: u32,
-    /// This process: the light hosts.
+    /// This process: the light hosts, and the users' thread.
     hosts: u32,
-    database: Vec<u32>,
+    /// Whether a PostgreSQL server runs beside (SQLite runs in the master).
+    postgres: bool,
 }
 
 /// CPU time used by each of [`Pids`].
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct CpuUse {
     master: Duration,
     redis: Duration,
     hosts: Duration,
-    database: Duration,
+    /// Submitting and polling, on the users' thread of this process.
+    users: Duration,
+    /// Each PostgreSQL server process's, by pid; `None` for SQLite. Read
+    /// afresh each time: the server starts a process per connection, and
+    /// the master may open one during the run.
+    database: Option<BTreeMap<u32, Duration>>,
 }
 
 impl Pids {
@@ -619,18 +669,64 @@ impl Pids {
             master: t(self.master),
             redis: t(self.redis),
             hosts: t(self.hosts),
-            database: self.database.iter().map(|p| t(*p)).sum(),
+            users: Duration::ZERO,
+            database: self.postgres.then(|| {
+                super::probe::named("postgres")
+                    .into_iter()
+                    .map(|pid| (pid, t(pid)))
+                    .collect()
+            }),
         }
     }
 }
 
 impl CpuUse {
     fn since(&self, before: &CpuUse) -> CpuUse {
+        // A server process that started since counts from zero.
+        let database = self.database.as_ref().map(|now| {
+            let then = before.database.clone().unwrap_or_default();
+            now.iter()
+                .map(|(pid, t)| {
+                    (
+                        *pid,
+                        t.saturating_sub(then.get(pid).copied().unwrap_or_default()),
+                    )
+                })
+                .collect()
+        });
         CpuUse {
             master: self.master.saturating_sub(before.master),
             redis: self.redis.saturating_sub(before.redis),
             hosts: self.hosts.saturating_sub(before.hosts),
-            database: self.database.saturating_sub(before.database),
+            users: self.users.saturating_sub(before.users),
+            database,
         }
+    }
+
+    /// The users' thread's `users` taken out of this process's time.
+    fn less_users(self, users: Duration) -> CpuUse {
+        CpuUse {
+            hosts: self.hosts.saturating_sub(users),
+            users,
+            ..self
+        }
+    }
+
+    /// The figure of the CPU row, over `tasks` tasks.
+    fn per_task(&self, tasks: usize) -> String {
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / tasks.max(1) as f64;
+        let database = match &self.database {
+            Some(d) => format!(", PostgreSQL server {:.0} µs", us(d.values().sum())),
+            None => String::new(),
+        };
+        format!(
+            "master {:.0} µs{}, light hosts {:.0} µs, Redis {:.0} µs{database}; users' side (submitting, polling) {:.0} µs (master alone: {:.0} tasks/s per core)",
+            us(self.master),
+            if self.database.is_none() { " (SQLite included)" } else { "" },
+            us(self.hosts),
+            us(self.redis),
+            us(self.users),
+            1e6 / us(self.master).max(1.0)
+        )
     }
 }

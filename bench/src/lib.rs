@@ -17,6 +17,7 @@
 //! - [`fleet`]: light hosts in this process.
 //! - [`report`]: rows, the table, figures.
 //! - [`probe`]: CPU and memory of a process, from `/proc`.
+//! - [`users`]: the users' side of a benchmark on a thread of its own.
 //! - one module per benchmark: [`dispatch`], [`adapter`], [`recovery`],
 //!   [`failover`], [`storm`], [`sweep`], [`memory`], [`containment`], [`dashboard`],
 //!   [`python_env`].
@@ -36,6 +37,7 @@ pub mod report;
 pub mod scale;
 pub mod storm;
 pub mod sweep;
+pub mod users;
 
 use clap::{Parser, ValueEnum};
 use report::Row;

@@ -1,5 +1,5 @@
-//! CPU time and resident memory of a process, read from `/proc`; and a
-//! sampler that keeps the peaks while a benchmark runs.
+//! CPU time and resident memory of a process, read from `/proc`; the CPU
+//! time of the calling thread; and a sampler that keeps the peaks while a benchmark runs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +28,20 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
         _ => 100,
     };
     Some(Duration::from_millis(ticks * 1000 / hz))
+}
+
+/// CPU time the calling thread has used.
+pub fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The processes whose command name (`/proc/<pid>/comm`) is `name`.
