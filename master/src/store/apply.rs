@@ -66,7 +66,7 @@ pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
     }
     let backend = store.backend;
     let groups = batch::plan(&batch.writes);
-    let mut tx = store.write_tx("begin a batch").await?;
+    let mut tx = begin(store, !groups.is_empty()).await?;
     let mut writer = Writer {
         conn: &mut tx,
         backend,
@@ -108,6 +108,21 @@ pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
             payloads,
         },
     })
+}
+
+/// Begins a batch's transaction; on PostgreSQL, one with `writes` looks
+/// its rows up by key ([`LOOKUP_BY_KEY`]).
+pub(super) async fn begin(
+    store: &Store,
+    writes: bool,
+) -> Result<sqlx::Transaction<'static, sqlx::Any>> {
+    let mut tx = store.write_tx("begin a batch").await?;
+    if writes && store.backend == Backend::Postgres {
+        sqlx::Executor::execute(&mut *tx, LOOKUP_BY_KEY)
+            .await
+            .map_err(StoreError::db("plan a batch's writes"))?;
+    }
+    Ok(tx)
 }
 
 /// The open batch transaction.
@@ -202,7 +217,9 @@ impl Writer<'_> {
                     .iter()
                     .filter_map(|(w, id)| match w {
                         Write::RequestCancel { attempt } => {
-                            Some(vec![Param::int(*id), Param::int(attempt.attempt)])
+                            let mut row = vec![Param::int(*id), Param::int(attempt.attempt)];
+                            row.extend(live());
+                            Some(row)
                         }
                         _ => None,
                     })
@@ -218,7 +235,7 @@ impl Writer<'_> {
             Action::CancelPending => {
                 let rows = writes
                     .iter()
-                    .map(|(_, id)| vec![Param::int(*id)])
+                    .map(|(_, id)| vec![Param::int(*id), expect(TaskStatus::Pending)])
                     .collect::<Vec<_>>();
                 self.changed(
                     "cancel pending tasks",
@@ -284,6 +301,7 @@ impl Writer<'_> {
                     Param::int(*attempt),
                     Param::text(host),
                     Param::int(*deadline_ms),
+                    expect(TaskStatus::Pending),
                 ]);
                 attempts.push((
                     *id,
@@ -346,15 +364,18 @@ impl Writer<'_> {
                 assignment,
             } = write
             {
-                let row = vec![
+                let key = [
                     Param::int(*id),
                     Param::int(attempt.attempt),
                     Param::int(*slot),
                 ];
-                let mut attempt_row = row.clone();
                 let assignment = assignment.as_ref().map(json::assignment).transpose()?;
-                attempt_row.push(Param::Text(assignment.map(Cow::Owned)));
+                let assignment = Param::Text(assignment.map(Cow::Owned));
+                let mut row = key.to_vec();
+                row.push(expect(TaskStatus::Dispatched));
                 tasks.push(row);
+                let mut attempt_row = key.to_vec();
+                attempt_row.push(assignment);
                 attempts.push((*id, attempt_row));
             }
         }
@@ -382,15 +403,17 @@ impl Writer<'_> {
                     Param::owned_text(json::progress(progress)?),
                 ];
                 row.extend(checkpoint_params(checkpoint.as_ref()));
+                row.extend(live());
                 rows.push(row);
             }
         }
-        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Text]
-            .into_iter()
-            .chain(CHECKPOINT_COLS)
-            .collect();
-        self.changed("record progress", &progress_tasks(), &cols, &rows)
-            .await
+        self.changed(
+            "record progress",
+            &progress_tasks(),
+            &progress_cols(),
+            &rows,
+        )
+        .await
     }
 
     async fn finish(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
@@ -426,6 +449,7 @@ impl Writer<'_> {
                 Param::opt_text(task_error),
             ];
             row.extend(checkpoint_params(checkpoint));
+            row.extend(live());
             tasks.push(row);
             let metrics = metrics.as_ref().map(json::metrics).transpose()?;
             attempts.push((
@@ -440,11 +464,9 @@ impl Writer<'_> {
             ));
         }
         let action = "record finished attempts";
-        let cols: Vec<Col> = [Col::Int, Col::Int, Col::Text, Col::Text, Col::Text]
-            .into_iter()
-            .chain(CHECKPOINT_COLS)
-            .collect();
-        let done = self.changed(action, &finish_tasks(), &cols, &tasks).await?;
+        let done = self
+            .changed(action, &finish_tasks(), &finish_cols(), &tasks)
+            .await?;
         self.follow_up(
             action,
             FINISH_ATTEMPTS,

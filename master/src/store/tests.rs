@@ -4,6 +4,8 @@
 //! test` starts privately when unset; the PostgreSQL variants fail, saying
 //! so, when it is unset).
 
+use super::statements::*;
+use super::values::{self, Col};
 use super::*;
 use crate::model::{
     Attempt, AttemptOutcome, HostRecord, Metrics, NewTask, ProgressView, ResultView,
@@ -65,6 +67,7 @@ on_both_backends!(
     progress_points_page_in_order_and_thinning_keeps_the_extremes,
     progress_points_without_a_return_do_not_spoil_later_batches,
     log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
+    batch_writes_find_their_rows_by_key,
 );
 
 #[tokio::test]
@@ -1620,4 +1623,83 @@ async fn wait_for_a_lock_wait(store: &Store) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// Every write of a batch finds its rows by key. Statistics taken while
+/// every task was PENDING make the other statuses look rare: given the
+/// status it expected as a constant, a statement was planned as a read of
+/// the tasks by that status (on PostgreSQL, of every `tasks_by_status`
+/// entry under it, including those earlier transitions left until vacuum)
+/// whatever the size of the batch; and PostgreSQL read whole tables of a
+/// few thousand rows rather than look a batch's rows up.
+async fn batch_writes_find_their_rows_by_key(store: Store) {
+    let ids = submit(&store, (0..2_000).map(|_| new_task("ppo", 0)).collect()).await;
+    sqlx::query("ANALYZE").execute(&store.pool).await.unwrap();
+    let dispatches = ids.iter().map(|&id| dispatch(id, 0, "gpu-1")).collect();
+    apply(&store, NOW + 1, dispatches).await;
+    let starts = ids[..1_000].iter().map(|&id| start(id, 1, 0)).collect();
+    apply(&store, NOW + 2, starts).await;
+
+    let batch = &ids[1_000..1_064];
+    for (template, cols) in [
+        (dispatch_tasks(), DISPATCH_COLS.to_vec()),
+        (START_TASKS.to_string(), START_COLS.to_vec()),
+        (START_ATTEMPTS.to_string(), START_ATTEMPT_COLS.to_vec()),
+        (ASSIGN_ATTEMPTS.to_string(), ASSIGN_COLS.to_vec()),
+        (progress_tasks(), progress_cols()),
+        (finish_tasks(), finish_cols()),
+        (FINISH_ATTEMPTS.to_string(), FINISH_ATTEMPT_COLS.to_vec()),
+        (request_cancel(), REQUEST_CANCEL_COLS.to_vec()),
+        (CANCEL_PENDING.to_string(), CANCEL_PENDING_COLS.to_vec()),
+    ] {
+        let plan = explain(&store, &template, &cols, batch).await;
+        let unkeyed: &[&str] = match store.backend() {
+            // A status compared with a constant as an index key; a whole table.
+            Backend::Postgres => &["(status = '", "(status = ANY ('", "Seq Scan on "],
+            // An index search on the status alone; a whole table.
+            Backend::Sqlite => &["tasks_by_status (status=?)", "SCAN tasks", "SCAN attempts"],
+        };
+        let found = plan
+            .lines()
+            .find(|line| unkeyed.iter().any(|step| line.contains(step)));
+        assert!(
+            found.is_none(),
+            "{template}\nreads rows other than by key ({found:?}):\n{plan}"
+        );
+    }
+}
+
+/// The plan the database makes for `template` over one row per task of
+/// `ids`, in a batch's transaction, one line per step.
+async fn explain(store: &Store, template: &str, cols: &[Col], ids: &[TaskId]) -> String {
+    let backend = store.backend();
+    let rows: Vec<Vec<values::Param>> = ids
+        .iter()
+        .map(|&id| {
+            let mut row = vec![values::Param::int(id as i64)];
+            row.extend(cols[1..].iter().map(|col| match col {
+                Col::Int => values::Param::int(1),
+                Col::Real => values::Param::Real(0.0),
+                Col::Text => values::Param::text("RUNNING"),
+                Col::Blob => values::Param::Blob(None),
+            }));
+            row
+        })
+        .collect();
+    let (explain, column) = match backend {
+        Backend::Postgres => ("EXPLAIN", 0),
+        Backend::Sqlite => ("EXPLAIN QUERY PLAN", 3),
+    };
+    let sql = format!(
+        "{explain} {}",
+        values::render(backend, template, cols.len(), values::padded(rows.len()))
+    );
+    let query = values::bind_chunk(sqlx::query(&sql), backend, template, cols, &rows, Some(NOW));
+    let mut tx = super::apply::begin(store, true).await.unwrap();
+    let steps = query.fetch_all(&mut *tx).await.unwrap();
+    steps
+        .iter()
+        .map(|step| sqlx::Row::try_get::<String, _>(step, column).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

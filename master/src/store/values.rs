@@ -147,34 +147,46 @@ pub(super) async fn run(
     rows: &[Vec<Param<'_>>],
     now_ms: Option<i64>,
 ) -> Result<Vec<AnyRow>, sqlx::Error> {
+    let mut out = Vec::new();
+    for chunk in rows.chunks(MAX_ROWS) {
+        let sql = render(backend, template, cols.len(), padded(chunk.len()));
+        let query = bind_chunk(sqlx::query(&sql), backend, template, cols, chunk, now_ms);
+        out.extend(query.fetch_all(&mut *conn).await?);
+    }
+    Ok(out)
+}
+
+/// Binds a chunk of at most [`MAX_ROWS`] rows to the statement [`render`]
+/// made of `template` for it: the rows, the padding rows, then the clock.
+pub(super) fn bind_chunk<'q>(
+    mut query: AnyQuery<'q>,
+    backend: Backend,
+    template: &str,
+    cols: &[Col],
+    chunk: &'q [Vec<Param<'_>>],
+    now_ms: Option<i64>,
+) -> AnyQuery<'q> {
+    for row in chunk {
+        debug_assert_eq!(row.len(), cols.len());
+        for param in row {
+            query = bind(query, param);
+        }
+    }
+    for _ in chunk.len()..padded(chunk.len()) {
+        for col in cols {
+            query = bind_null(query, *col);
+        }
+    }
     let now_binds = match backend {
         Backend::Postgres => 1,
         Backend::Sqlite => template.matches("{now}").count(),
     };
-    let mut out = Vec::new();
-    for chunk in rows.chunks(MAX_ROWS) {
-        let size = padded(chunk.len());
-        let sql = render(backend, template, cols.len(), size);
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            debug_assert_eq!(row.len(), cols.len());
-            for param in row {
-                query = bind(query, param);
-            }
+    if let Some(now) = now_ms {
+        for _ in 0..now_binds {
+            query = query.bind(now);
         }
-        for _ in chunk.len()..size {
-            for col in cols {
-                query = bind_null(query, *col);
-            }
-        }
-        if let Some(now) = now_ms {
-            for _ in 0..now_binds {
-                query = query.bind(now);
-            }
-        }
-        out.extend(query.fetch_all(&mut *conn).await?);
     }
-    Ok(out)
+    query
 }
 
 pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
