@@ -92,6 +92,16 @@ impl Workspace {
             dir: path.clone(),
             source,
         };
+        // A spare was made here with mode 0700, and only the host and an
+        // adapter's instance (which cannot change modes) wrote in it since:
+        // moved into place, it replaces an empty leftover of the same name,
+        // and needs neither the checks nor the mode set below. A leftover
+        // with something in it, or not a directory, refuses the move.
+        let spare = match spare.map(|spare| (fs::rename(&spare, &path), spare)) {
+            Some((Ok(()), _)) => return Self::open(path.clone()).map_err(create_error),
+            Some((Err(_), spare)) => Some(spare),
+            None => None,
+        };
         fs::create_dir_all(base).map_err(create_error)?;
         match fs::symlink_metadata(&path) {
             Ok(leftover) if leftover.is_dir() => remove_tree(&path).map_err(create_error)?,
@@ -107,7 +117,12 @@ impl Workspace {
         }
         // The umask can only take bits away; set the mode exactly.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).map_err(create_error)?;
-        let dir = Dir::open_ambient_dir(&path, ambient_authority()).map_err(create_error)?;
+        Self::open(path.clone()).map_err(create_error)
+    }
+
+    /// The workspace at `path`, a directory in place.
+    fn open(path: PathBuf) -> io::Result<Workspace> {
+        let dir = Dir::open_ambient_dir(&path, ambient_authority())?;
         Ok(Workspace {
             path,
             dir,

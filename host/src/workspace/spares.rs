@@ -128,6 +128,35 @@ mod tests {
     }
 
     #[test]
+    fn a_spare_moved_into_place_replaces_whatever_was_left_there() {
+        let base = tempfile::tempdir().unwrap();
+        let spares = Spares::new(1);
+        type Leave = fn(&std::path::Path);
+        let leftovers: [(&str, Leave); 4] = [
+            ("an empty directory", |p| std::fs::create_dir(p).unwrap()),
+            ("a directory with files", |p| {
+                std::fs::create_dir_all(p.join("stale")).unwrap();
+                std::fs::write(p.join("stale/checkpoint.pt"), b"old").unwrap();
+            }),
+            ("a file", |p| std::fs::write(p, b"not a directory").unwrap()),
+            ("a symbolic link", |p| {
+                std::os::unix::fs::symlink("/", p).unwrap()
+            }),
+        ];
+        for (task, (what, leave)) in (10..).zip(leftovers) {
+            let used = Workspace::create(base.path(), attempt(task, 1), spares.take()).unwrap();
+            spares.give_back(used).unwrap();
+            leave(&base.path().join(format!("{task}-2")));
+            let ws = Workspace::create(base.path(), attempt(task, 2), spares.take()).unwrap();
+            let metadata = std::fs::symlink_metadata(ws.path()).unwrap();
+            assert!(metadata.is_dir(), "{what}");
+            assert_eq!(metadata.permissions().mode() & 0o777, 0o700, "{what}");
+            assert_eq!(std::fs::read_dir(ws.path()).unwrap().count(), 0, "{what}");
+            ws.remove().unwrap();
+        }
+    }
+
+    #[test]
     fn emptying_a_spare_never_follows_a_symlink_out_of_it() {
         let base = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
