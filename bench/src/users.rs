@@ -46,20 +46,24 @@ mod tests {
                 std::hint::black_box(0u64);
             }
         };
+        let (started, has_started) = tokio::sync::oneshot::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
         let users = tokio::spawn(on_own_thread(move || async move {
-            spin(Duration::from_millis(120));
+            started.send(()).unwrap();
+            // Blocked, using no CPU, while this test's thread spins.
+            wait.recv().unwrap();
+            spin(Duration::from_millis(50));
             Ok(7)
         }));
-        // Let the users' thread start, then spin longer here meanwhile:
-        // this thread's time must not count.
-        tokio::task::yield_now().await;
-        spin(Duration::from_millis(400));
+        has_started.await.unwrap();
+        spin(Duration::from_millis(300));
+        go.send(()).unwrap();
         let (out, cpu) = users.await.unwrap().unwrap();
         assert_eq!(out, 7);
-        // CPU time can fall short of wall time on a busy machine, never
-        // exceed it; this thread's 400 ms stay out.
+        // The users' 50 ms at most (less on a busy machine), none of the
+        // 300 ms this thread spun meanwhile.
         assert!(
-            cpu > Duration::ZERO && cpu < Duration::from_millis(300),
+            cpu > Duration::ZERO && cpu < Duration::from_millis(200),
             "{cpu:?}"
         );
     }
