@@ -232,7 +232,6 @@ struct Measured {
     half: (f64, f64, f64),
     cpu: CpuUse,
     turns: u64,
-    master_rss: Option<u64>,
 }
 
 /// One run; its rows and its throughput in tasks/s.
@@ -305,11 +304,8 @@ async fn one_backend(
             hosts as u32 * slots
         ),
     )];
-    let measured = Measured {
-        master_rss,
-        ..measured
-    };
-    rows.extend(rows_of(bench, &label, work != Work::Nothing, &measured));
+    let spawn = work != Work::Nothing;
+    rows.extend(rows_of(bench, &label, spawn, &measured, master_rss));
     Ok((rows, measured.rate))
 }
 
@@ -391,7 +387,6 @@ async fn measure(
         half: (half_p50, half_p99, paced_rate),
         cpu,
         turns,
-        master_rss: None,
     })
 }
 
@@ -421,9 +416,15 @@ async fn half_load(
     Ok((collect(client, &paced).await?, paced_rate))
 }
 
-/// The rows of a run after its setup row; `spawn` runs report without
-/// the no-work targets.
-fn rows_of(bench: &str, label: &str, spawn: bool, m: &Measured) -> Vec<Row> {
+/// The rows of a run after its setup row, the master's RSS after it last;
+/// `spawn` runs report without the no-work targets.
+fn rows_of(
+    bench: &str,
+    label: &str,
+    spawn: bool,
+    m: &Measured,
+    master_rss: Option<u64>,
+) -> Vec<Row> {
     let measure = |what: &str| format!("{what} ({label})");
     let mut rows = vec![];
     let throughput = format!("{:.0} tasks/s", m.rate);
@@ -473,7 +474,7 @@ fn rows_of(bench: &str, label: &str, spawn: bool, m: &Measured) -> Vec<Row> {
             m.tasks as f64 / m.turns.max(1) as f64
         ),
     ));
-    if let Some(rss) = m.master_rss {
+    if let Some(rss) = master_rss {
         rows.push(Row::info(
             bench,
             measure("master RSS after the run"),
