@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::messages::Checkpoint;
+use trainyard_proto::resources::Assignment;
 use trainyard_proto::TaskId;
 
 /// A batch whose statements have run, in a transaction still open: its
@@ -65,8 +66,8 @@ pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
         });
     }
     let backend = store.backend;
-    let groups = batch::plan(&batch.writes);
-    let mut tx = begin(store, !groups.is_empty()).await?;
+    let plan = batch::plan(&batch.writes);
+    let mut tx = begin(store, !plan.groups.is_empty()).await?;
     let mut writer = Writer {
         conn: &mut tx,
         backend,
@@ -83,19 +84,25 @@ pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
     )
     .await?;
     let mut applied = vec![false; batch.writes.len()];
-    for group in &groups {
-        let writes: Vec<(&Write, i64)> = group
+    for group in &plan.groups {
+        let writes: Vec<Planned> = group
             .writes
             .iter()
             .filter_map(|&i| {
                 let write = &batch.writes[i];
+                let start = plan.started_by.get(&i).map(|&s| &batch.writes[s]);
                 // An id beyond i64 names no stored task: it cannot apply.
-                i64::try_from(write.task()).ok().map(|id| (write, id))
+                i64::try_from(write.task())
+                    .ok()
+                    .map(|id| (write, id, start))
             })
             .collect();
         let done = writer.run_group(group.action, &writes).await?;
         for &i in &group.writes {
             applied[i] = i64::try_from(batch.writes[i].task()).is_ok_and(|id| done.contains(&id));
+            if let Some(&start) = plan.started_by.get(&i) {
+                applied[start] = applied[i];
+            }
         }
     }
     let payloads = std::mem::take(&mut writer.payloads);
@@ -124,6 +131,10 @@ pub(super) async fn begin(
     }
     Ok(tx)
 }
+
+/// A write of a group, its task's id, and the start a finish carries out
+/// too ([`batch::Plan::started_by`]).
+type Planned<'w> = (&'w Write, i64, Option<&'w Write>);
 
 /// The open batch transaction.
 struct Writer<'c> {
@@ -201,11 +212,7 @@ impl Writer<'_> {
     }
 
     /// Runs one group's statements; returns the ids of the tasks it changed.
-    async fn run_group(
-        &mut self,
-        action: Action,
-        writes: &[(&Write, i64)],
-    ) -> Result<HashSet<i64>> {
+    async fn run_group(&mut self, action: Action, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         match action {
             Action::Dispatch => self.dispatch(writes).await,
             Action::Start => self.start(writes).await,
@@ -215,7 +222,7 @@ impl Writer<'_> {
             Action::RequestCancel => {
                 let rows = writes
                     .iter()
-                    .filter_map(|(w, id)| match w {
+                    .filter_map(|(w, id, _)| match w {
                         Write::RequestCancel { attempt } => {
                             let mut row = vec![Param::int(*id), Param::int(attempt.attempt)];
                             row.extend(live());
@@ -235,7 +242,7 @@ impl Writer<'_> {
             Action::CancelPending => {
                 let rows = writes
                     .iter()
-                    .map(|(_, id)| vec![Param::int(*id), expect(TaskStatus::Pending)])
+                    .map(|(_, id, _)| vec![Param::int(*id), expect(TaskStatus::Pending)])
                     .collect::<Vec<_>>();
                 self.changed(
                     "cancel pending tasks",
@@ -282,10 +289,10 @@ impl Writer<'_> {
         Ok(())
     }
 
-    async fn dispatch(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+    async fn dispatch(&mut self, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         let mut tasks = Vec::with_capacity(writes.len());
         let mut attempts = Vec::with_capacity(writes.len());
-        for (write, id) in writes {
+        for (write, id, _) in writes {
             if let Write::Dispatch {
                 from_attempt,
                 attempt,
@@ -335,9 +342,9 @@ impl Writer<'_> {
         Ok(done)
     }
 
-    async fn assign(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+    async fn assign(&mut self, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         let mut rows = Vec::with_capacity(writes.len());
-        for (write, id) in writes {
+        for (write, id, _) in writes {
             if let Write::Assign {
                 attempt,
                 assignment,
@@ -354,10 +361,10 @@ impl Writer<'_> {
             .await
     }
 
-    async fn start(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+    async fn start(&mut self, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         let mut tasks = Vec::with_capacity(writes.len());
         let mut attempts = Vec::with_capacity(writes.len());
-        for (write, id) in writes {
+        for (write, id, _) in writes {
             if let Write::Start {
                 attempt,
                 slot,
@@ -369,8 +376,7 @@ impl Writer<'_> {
                     Param::int(attempt.attempt),
                     Param::int(*slot),
                 ];
-                let assignment = assignment.as_ref().map(json::assignment).transpose()?;
-                let assignment = Param::Text(assignment.map(Cow::Owned));
+                let assignment = assignment_param(assignment.as_ref())?;
                 let mut row = key.to_vec();
                 row.push(expect(TaskStatus::Dispatched));
                 tasks.push(row);
@@ -388,9 +394,9 @@ impl Writer<'_> {
         Ok(done)
     }
 
-    async fn progress(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+    async fn progress(&mut self, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         let mut rows = Vec::with_capacity(writes.len());
-        for (write, id) in writes {
+        for (write, id, _) in writes {
             if let Write::Progress {
                 attempt,
                 progress,
@@ -416,52 +422,14 @@ impl Writer<'_> {
         .await
     }
 
-    async fn finish(&mut self, writes: &[(&Write, i64)]) -> Result<HashSet<i64>> {
+    async fn finish(&mut self, writes: &[Planned<'_>]) -> Result<HashSet<i64>> {
         let mut tasks = Vec::with_capacity(writes.len());
         let mut attempts = Vec::with_capacity(writes.len());
-        for (write, id) in writes {
-            let Write::Finish {
-                attempt,
-                outcome,
-                error,
-                metrics,
-                next,
-            } = write
-            else {
-                continue;
-            };
-            let (status, result, task_error, checkpoint) = match next {
-                Next::Completed { result, checkpoint } => (
-                    TaskStatus::Completed,
-                    Some(json::result(result)?),
-                    None,
-                    checkpoint.as_ref(),
-                ),
-                Next::Failed { error } => (TaskStatus::Failed, None, Some(error.as_str()), None),
-                Next::Cancelled => (TaskStatus::Cancelled, None, None, None),
-                Next::Requeue => (TaskStatus::Pending, None, None, None),
-            };
-            let mut row = vec![
-                Param::int(*id),
-                Param::int(attempt.attempt),
-                Param::text(status.as_str()),
-                Param::Text(result.map(Cow::Owned)),
-                Param::opt_text(task_error),
-            ];
-            row.extend(checkpoint_params(checkpoint));
-            row.extend(live());
-            tasks.push(row);
-            let metrics = metrics.as_ref().map(json::metrics).transpose()?;
-            attempts.push((
-                *id,
-                vec![
-                    Param::int(*id),
-                    Param::int(attempt.attempt),
-                    Param::text(outcome.as_str()),
-                    Param::opt_text(error.as_deref()),
-                    Param::Text(metrics.map(Cow::Owned)),
-                ],
-            ));
+        for &(write, id, start) in writes {
+            if let Some((task, attempt)) = finish_rows(write, id, start)? {
+                tasks.push(task);
+                attempts.push((id, attempt));
+            }
         }
         let action = "record finished attempts";
         let done = self
@@ -477,6 +445,70 @@ impl Writer<'_> {
         .await?;
         Ok(done)
     }
+}
+
+/// A finish's rows for [`finish_tasks`] and [`FINISH_ATTEMPTS`], with the
+/// start it carries out too, if any; `None` for any other write.
+fn finish_rows<'w>(
+    write: &'w Write,
+    id: i64,
+    start: Option<&'w Write>,
+) -> Result<Option<(Vec<Param<'w>>, Vec<Param<'w>>)>> {
+    let Write::Finish {
+        attempt,
+        outcome,
+        error,
+        metrics,
+        next,
+    } = write
+    else {
+        return Ok(None);
+    };
+    let (status, result, task_error, checkpoint) = match next {
+        Next::Completed { result, checkpoint } => (
+            TaskStatus::Completed,
+            Some(json::result(result)?),
+            None,
+            checkpoint.as_ref(),
+        ),
+        Next::Failed { error } => (TaskStatus::Failed, None, Some(error.as_str()), None),
+        Next::Cancelled => (TaskStatus::Cancelled, None, None, None),
+        Next::Requeue => (TaskStatus::Pending, None, None, None),
+    };
+    let (started, slot, assignment) = match start {
+        Some(Write::Start {
+            slot, assignment, ..
+        }) => (1, Param::int(*slot), assignment_param(assignment.as_ref())?),
+        _ => (0, Param::Int(None), Param::Text(None)),
+    };
+    let mut task = vec![
+        Param::int(id),
+        Param::int(attempt.attempt),
+        Param::text(status.as_str()),
+        Param::Text(result.map(Cow::Owned)),
+        Param::opt_text(task_error),
+    ];
+    task.extend(checkpoint_params(checkpoint));
+    task.extend([Param::int(started), slot.clone()]);
+    task.extend(live());
+    let metrics = metrics.as_ref().map(json::metrics).transpose()?;
+    let attempt = vec![
+        Param::int(id),
+        Param::int(attempt.attempt),
+        Param::text(outcome.as_str()),
+        Param::opt_text(error.as_deref()),
+        Param::Text(metrics.map(Cow::Owned)),
+        Param::int(started),
+        slot,
+        assignment,
+    ];
+    Ok(Some((task, attempt)))
+}
+
+/// An assignment as its column holds it: JSON, or NULL when unknown.
+fn assignment_param(assignment: Option<&Assignment>) -> Result<Param<'static>> {
+    let json = assignment.map(json::assignment).transpose()?;
+    Ok(Param::Text(json.map(Cow::Owned)))
 }
 
 /// The five checkpoint columns of a row: whether it brings one, then the

@@ -6,9 +6,14 @@
 //! its dispatches in one multi-row statement, then all its starts, and so on,
 //! as long as the writes of one task keep their order. [`plan`] does that
 //! grouping; it is plain logic over the batch, without I/O.
+//!
+//! A start that is its task's last write before the finish of the same
+//! attempt — the host's acceptance and its report arrived in one turn, as
+//! they do for short attempts — rides on that finish: one row update of the
+//! task and one of the attempt instead of two each.
 
 use crate::model::{AttemptOutcome, Metrics, NewTask, ProgressView, ResultView, StoredCheckpoint};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{AttemptRef, TaskId};
@@ -155,15 +160,31 @@ pub(super) struct Group {
     pub writes: Vec<usize>,
 }
 
+/// How a batch's writes run: the statements in order, and the starts that
+/// ride on a finish.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Plan {
+    pub groups: Vec<Group>,
+    /// Finish index -> the index of the start it also carries out. Such a
+    /// start is in no group, and applied exactly when its finish did.
+    pub started_by: HashMap<usize, usize>,
+}
+
 /// Groups the writes into as few single-kind groups as the order of each
 /// task's writes allows. A write joins the earliest group of its kind that
 /// comes after every group holding an earlier write of the same task, so no
 /// group holds one task twice and each task's writes run in batch order.
-pub(super) fn plan(writes: &[Write]) -> Vec<Group> {
+/// Starts that [`ride_on_finishes`] are left to their finish.
+pub(super) fn plan(writes: &[Write]) -> Plan {
+    let started_by = ride_on_finishes(writes);
+    let riding: HashSet<usize> = started_by.values().copied().collect();
     let mut groups: Vec<Group> = Vec::new();
     let mut by_action: HashMap<Action, Vec<usize>> = HashMap::new();
     let mut last_group_of: HashMap<TaskId, usize> = HashMap::new();
     for (i, write) in writes.iter().enumerate() {
+        if riding.contains(&i) {
+            continue;
+        }
         let action = write.action();
         let earliest = last_group_of.get(&write.task()).map_or(0, |g| g + 1);
         let same_kind = by_action.entry(action).or_default();
@@ -183,7 +204,28 @@ pub(super) fn plan(writes: &[Write]) -> Vec<Group> {
         groups[group].writes.push(i);
         last_group_of.insert(write.task(), group);
     }
-    groups
+    Plan { groups, started_by }
+}
+
+/// The starts a finish can carry out too: finish index -> start index, for
+/// each finish whose task's write just before it in the batch starts the
+/// same attempt. Nothing of the task can happen between the two, so doing
+/// both in the finish's row update leaves the rows as doing them in turn.
+fn ride_on_finishes(writes: &[Write]) -> HashMap<usize, usize> {
+    let mut last_of: HashMap<TaskId, usize> = HashMap::new();
+    let mut started_by = HashMap::new();
+    for (i, write) in writes.iter().enumerate() {
+        if let Write::Finish { attempt, .. } = write {
+            if let Some(&before) = last_of.get(&attempt.task) {
+                if matches!(&writes[before], Write::Start { attempt: started, .. } if started == attempt)
+                {
+                    started_by.insert(i, before);
+                }
+            }
+        }
+        last_of.insert(write.task(), i);
+    }
+    started_by
 }
 
 /// Shows a checkpoint by its view: its bytes would flood a log line.
@@ -303,8 +345,19 @@ mod unit {
         }
     }
 
+    fn finish(task: TaskId, attempt: u32) -> Write {
+        Write::Finish {
+            attempt: AttemptRef::new(task, attempt),
+            outcome: AttemptOutcome::Completed,
+            error: None,
+            metrics: None,
+            next: Next::Cancelled,
+        }
+    }
+
     fn groups(writes: &[Write]) -> Vec<(Action, Vec<usize>)> {
         plan(writes)
+            .groups
             .into_iter()
             .map(|g| (g.action, g.writes))
             .collect()
@@ -346,6 +399,51 @@ mod unit {
                 (Action::Start, vec![0]),
                 (Action::Start, vec![1]),
                 (Action::Start, vec![2])
+            ]
+        );
+    }
+
+    #[test]
+    fn a_start_rides_on_the_finish_of_its_attempt_that_follows_it() {
+        let writes = [start(1), start(2), cancel(3), finish(2, 1), finish(1, 1)];
+        let plan = plan(&writes);
+        assert_eq!(plan.started_by, HashMap::from([(3, 1), (4, 0)]));
+        let groups: Vec<_> = plan
+            .groups
+            .into_iter()
+            .map(|g| (g.action, g.writes))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (Action::RequestCancel, vec![2]),
+                (Action::Finish, vec![3, 4])
+            ]
+        );
+    }
+
+    #[test]
+    fn a_start_stays_apart_from_another_attempts_finish_or_one_after_other_writes() {
+        // Task 1's finish is of another attempt; task 2 has a cancel
+        // request between its start and finish; task 3's finish has no
+        // start before it, and task 4's start no finish after it.
+        let writes = [
+            start(1),
+            finish(1, 2),
+            start(2),
+            cancel(2),
+            finish(2, 1),
+            finish(3, 1),
+            start(4),
+        ];
+        assert!(plan(&writes).started_by.is_empty());
+        assert_eq!(
+            groups(&writes),
+            vec![
+                (Action::Start, vec![0, 2, 6]),
+                (Action::Finish, vec![1, 5]),
+                (Action::RequestCancel, vec![3]),
+                (Action::Finish, vec![4]),
             ]
         );
     }

@@ -142,17 +142,27 @@ pub(super) fn progress_cols() -> Vec<Col> {
         .collect()
 }
 
+/// A finish row that carries its attempt's start (`v_started = 1`, see
+/// [`batch::plan`]) does what [`START_TASKS`] would have done first, where
+/// that start would have applied: on a task still DISPATCHED. The
+/// expressions of a `SET` read the row as it was before the update.
+///
+/// [`batch::plan`]: super::batch::plan
+const STARTS_HERE: &str = "v_started = 1 AND status = 'DISPATCHED'";
+
 pub(super) fn finish_tasks() -> String {
     // Requeue (`v_status = 'PENDING'`) frees the host and slot and leaves the
     // task unfinished; every other outcome is terminal and keeps the host
     // for history.
     format!(
         "WITH v(v_id, v_attempt, v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, \
-             v_expect, v_expect_or) AS (VALUES {{values}}) \
+             v_started, v_slot, v_expect, v_expect_or) AS (VALUES {{values}}) \
          UPDATE tasks SET status = v_status, result = COALESCE(v_result, result), \
              error = COALESCE(v_error, error), \
              host_id = CASE WHEN v_status = 'PENDING' THEN NULL ELSE host_id END, \
-             slot = CASE WHEN v_status = 'PENDING' THEN NULL ELSE slot END, \
+             slot = CASE WHEN v_status = 'PENDING' THEN NULL WHEN {STARTS_HERE} THEN v_slot ELSE slot END, \
+             runs = CASE WHEN {STARTS_HERE} THEN runs + 1 ELSE runs END, \
+             started_at_ms = CASE WHEN {STARTS_HERE} THEN COALESCE(started_at_ms, {{now}}) ELSE started_at_ms END, \
              cancel_requested = CASE WHEN v_status = 'PENDING' THEN 0 ELSE cancel_requested END, \
              dispatch_deadline_ms = NULL, \
              finished_at_ms = CASE WHEN v_status = 'PENDING' THEN NULL ELSE {{now}} END, \
@@ -167,15 +177,32 @@ pub(super) fn finish_cols() -> Vec<Col> {
     [Col::Int, Col::Int, Col::Text, Col::Text, Col::Text]
         .into_iter()
         .chain(CHECKPOINT_COLS)
+        .chain([Col::Int, Col::Int])
         .chain(LIVE_COLS)
         .collect()
 }
 
-pub(super) const FINISH_ATTEMPTS: &str = "WITH v(v_id, v_attempt, v_outcome, v_error, v_metrics) AS (VALUES {values}) \
-     UPDATE attempts SET finished_at_ms = {now}, outcome = v_outcome, error = v_error, metrics = v_metrics \
+/// A row that carries its attempt's start (`v_started = 1`) also does what
+/// [`START_ATTEMPTS`] would have, where that start would have applied: an
+/// attempt row has no start time until its start applies.
+pub(super) const FINISH_ATTEMPTS: &str =
+    "WITH v(v_id, v_attempt, v_outcome, v_error, v_metrics, v_started, v_slot, v_assignment) \
+         AS (VALUES {values}) \
+     UPDATE attempts SET finished_at_ms = {now}, outcome = v_outcome, error = v_error, metrics = v_metrics, \
+         slot = CASE WHEN v_started = 1 AND started_at_ms IS NULL THEN v_slot ELSE slot END, \
+         assignment = CASE WHEN v_started = 1 AND started_at_ms IS NULL THEN v_assignment ELSE assignment END, \
+         started_at_ms = CASE WHEN v_started = 1 AND started_at_ms IS NULL THEN {now} ELSE started_at_ms END \
      FROM v WHERE task_id = v_id AND attempt = v_attempt";
-pub(super) const FINISH_ATTEMPT_COLS: &[Col] =
-    &[Col::Int, Col::Int, Col::Text, Col::Text, Col::Text];
+pub(super) const FINISH_ATTEMPT_COLS: &[Col] = &[
+    Col::Int,
+    Col::Int,
+    Col::Text,
+    Col::Text,
+    Col::Text,
+    Col::Int,
+    Col::Int,
+    Col::Text,
+];
 
 pub(super) fn request_cancel() -> String {
     format!(

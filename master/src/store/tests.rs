@@ -68,6 +68,7 @@ on_both_backends!(
     progress_points_without_a_return_do_not_spoil_later_batches,
     log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
     batch_writes_find_their_rows_by_key,
+    a_start_carried_by_its_finish_leaves_the_rows_of_separate_batches,
 );
 
 #[tokio::test]
@@ -1702,4 +1703,45 @@ async fn explain(store: &Store, template: &str, cols: &[Col], ids: &[TaskId]) ->
         .map(|step| sqlx::Row::try_get::<String, _>(step, column).unwrap())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A start and the finish of its attempt in one batch run as one update of
+/// each row (`batch::plan`); the rows must end as a batch each would leave
+/// them: for tasks still DISPATCHED, completed or requeued, and for a task
+/// already RUNNING, whose start then changes nothing.
+async fn a_start_carried_by_its_finish_leaves_the_rows_of_separate_batches(store: Store) {
+    let ids = submit(&store, (0..6).map(|_| new_task("ppo", 0)).collect()).await;
+    let dispatches = ids.iter().map(|&id| dispatch(id, 0, "gpu-1")).collect();
+    apply(&store, NOW + 1, dispatches).await;
+    // The last two started in an earlier turn already.
+    apply(
+        &store,
+        NOW + 2,
+        vec![start(ids[4], 1, 7), start(ids[5], 1, 7)],
+    )
+    .await;
+    let end = |id: TaskId, next: Next| finish(id, 1, AttemptOutcome::Completed, None, next);
+    let completed = || Next::Completed {
+        result: ResultView::default(),
+        checkpoint: None,
+    };
+    // Pairs of tasks: the first ends in one batch, the second in two.
+    let pairs = [
+        (ids[0], ids[1], completed()),
+        (ids[2], ids[3], Next::Requeue),
+        (ids[4], ids[5], completed()),
+    ];
+    let together = pairs
+        .iter()
+        .flat_map(|(one, _, next)| [start(*one, 1, 3), end(*one, next.clone())])
+        .collect();
+    assert_eq!(apply(&store, NOW + 3, together).await, [true; 6]);
+    for (one, apart, next) in pairs {
+        apply(&store, NOW + 3, vec![start(apart, 1, 3)]).await;
+        assert_eq!(apply(&store, NOW + 3, vec![end(apart, next)]).await, [true]);
+        let (mut one, mut apart) = (detail(&store, one).await, detail(&store, apart).await);
+        one.task.id = 0;
+        apart.task.id = 0;
+        assert_eq!(one, apart);
+    }
 }
