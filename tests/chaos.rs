@@ -413,11 +413,55 @@ async fn chaos(backend: &'static str) {
         lost += account(seed, &done, &read_trace(&c.trace(trace)), &chaos);
         failed += usize::from(done.task.status == TaskStatus::Failed);
     }
+    let apis = match &standbys {
+        Some(standbys) => standbys.apis.clone(),
+        None => vec![c.cluster.settings.api.url.clone()],
+    };
+    leaders_counts_agree(&apis, tasks.len(), failed).await;
     println!(
         "chaos on {backend}: {} tasks ended once each ({failed} failed after {MAX_ATTEMPTS} attempts); \
          {lost} attempts lost, each explained by the schedule; no overlapping attempts",
         tasks.len()
     );
+}
+
+/// Waits until the leading master's counts by status, which its scheduler
+/// keeps through the kills, freezes and failovers rather than reading them
+/// from the database, show what the database does: `ended` tasks, all
+/// final, `failed` of them FAILED.
+async fn leaders_counts_agree(apis: &[String], ended: usize, failed: usize) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut seen = vec![];
+        for api in apis {
+            let health = reqwest::Client::new()
+                .get(format!("{api}/v1/health"))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            let Ok(health) = health else { continue };
+            let Ok(body) = health.json::<serde_json::Value>().await else {
+                continue;
+            };
+            let counts = &body["tasks"];
+            let n = |status: &str| counts[status].as_u64().unwrap_or(0) as usize;
+            if counts.is_object()
+                && n("COMPLETED") == ended - failed
+                && n("FAILED") == failed
+                && ["PENDING", "DISPATCHED", "RUNNING", "CANCELLED"]
+                    .iter()
+                    .all(|s| n(s) == 0)
+            {
+                return;
+            }
+            seen.push(counts.clone());
+        }
+        assert!(
+            Instant::now() < until,
+            "no master counts the {ended} tasks ended ({failed} failed) by status: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]

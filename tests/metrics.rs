@@ -195,4 +195,24 @@ async fn metrics_count_the_tasks_a_cluster_ran() {
     );
     assert_eq!(value(&h, "trainyard_host_attempts_running", &[]), Some(0.0));
     assert!(value(&h, "trainyard_host_reports_resent_total", &[]).is_some());
+
+    // The scheduler keeps the counts by status; a new master starts them
+    // from the database, though it counted no task's end itself.
+    c.restart_master().await;
+    let m = scrape(&master).await;
+    let ended_here = value(&m, "trainyard_tasks_completed_total", &noop);
+    assert_eq!(ended_here.unwrap_or(0.0), 0.0);
+    let status = |s: &str| value(&m, "trainyard_tasks", &[("status", s)]);
+    assert_eq!(status("COMPLETED"), Some(3.0), "{:#?}", m.samples);
+    assert_eq!(status("FAILED"), Some(1.0), "{:#?}", m.samples);
+    assert_eq!(status("PENDING"), Some(0.0), "{:#?}", m.samples);
+    let health: serde_json::Value =
+        reqwest::get(format!("{}/v1/health", c.cluster.settings.api.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    assert_eq!(health["tasks"]["COMPLETED"], 3, "{health}");
+    assert_eq!(health["tasks"]["FAILED"], 1, "{health}");
 }

@@ -2,15 +2,12 @@
 //! (version 0.0.4), encoded by `prometheus-client`. Open like the other
 //! reads.
 //!
-//! Nothing here waits on the scheduler: the counts come from its last
-//! published [`Snapshot`] (see [`crate::scheduler::tally`]), and tasks by
-//! status from one `GROUP BY` on the database, bounded by the health
-//! probes' timeout (left out of the answer when the database does not
-//! answer in time). Every metric and its labels are listed in the README
-//! ("Metrics").
+//! Nothing here waits on the scheduler or the database: the counts, tasks
+//! by status among them, come from its last published [`Snapshot`] (see
+//! [`crate::scheduler::tally`] and [`crate::scheduler::counts`]). Every
+//! metric and its labels are listed in the README ("Metrics").
 
 use super::AppState;
-use crate::model::TaskStatus;
 use crate::scheduler::tally::{AdapterCounts, Histogram};
 use crate::scheduler::Snapshot;
 use axum::extract::State;
@@ -24,7 +21,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::BTreeMap;
 use std::fmt::Error;
 use std::sync::Arc;
 
@@ -40,16 +36,8 @@ pub async fn scrape(State(app): State<AppState>) -> Response {
         )
             .into_response();
     };
-    let tasks = tokio::time::timeout(super::health::PROBE_TIMEOUT, app.store.status_counts())
-        .await
-        .ok()
-        .and_then(Result::ok);
     let term = Some(app.store.term());
-    match render(MasterScrape {
-        snapshot,
-        tasks,
-        term,
-    }) {
+    match render(MasterScrape { snapshot, term }) {
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
     }
@@ -64,24 +52,19 @@ pub fn render(scrape: MasterScrape) -> Result<String, Error> {
     Ok(body)
 }
 
-/// What one scrape shows: the scheduler's last snapshot, and the tasks by
-/// status if the database answered.
+/// What one scrape shows: the scheduler's last snapshot.
 #[derive(Debug)]
 pub struct MasterScrape {
     pub snapshot: Arc<Snapshot>,
-    pub tasks: Option<BTreeMap<TaskStatus, u64>>,
     /// The term this master leads in (PostgreSQL with standby masters).
     pub term: Option<i64>,
 }
 
 impl Collector for MasterScrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), Error> {
-        if let Some(tasks) = &self.tasks {
-            let by_status = tasks
-                .iter()
-                .map(|(status, n)| ([("status", status.as_str())], gauge(*n)));
-            family(&mut encoder, "tasks", "Tasks in each status.", by_status)?;
-        }
+        let by_status = (self.snapshot.tasks.iter())
+            .map(|(status, n)| ([("status", status.as_str())], gauge(*n)));
+        family(&mut encoder, "tasks", "Tasks in each status.", by_status)?;
         self.encode_adapters(&mut encoder)?;
         self.encode_scheduler(&mut encoder)?;
         self.encode_hosts(&mut encoder)?;

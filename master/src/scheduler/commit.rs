@@ -268,6 +268,7 @@ impl Scheduler {
         }
         if committed {
             for counted in cycle.counted.drain(..) {
+                self.finished.record(&counted);
                 self.tally.record(counted);
             }
             if !cycle.reports_done.is_empty() {

@@ -14,6 +14,7 @@
 //! connected hosts) that the API reads without waiting on it.
 //!
 //! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
+//! [`counts`] (tasks by status, without asking the database),
 //! [`cycle`] (one turn's effects), [`snapshot`] (what the API reads),
 //! `hosts` (admission, sessions and their messages), `reports` (recording
 //! an attempt's end), [`plan`] (which task goes where, pure), `dispatch`
@@ -21,6 +22,7 @@
 //! what follows it), `recover` (the sweep and start-up reconciliation).
 
 mod commit;
+pub mod counts;
 pub mod cycle;
 mod dispatch;
 mod hosts;
@@ -43,7 +45,7 @@ use crate::store::{Store, Write};
 use cycle::Cycle;
 use serde::Serialize;
 use state::{SessionId, State};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -340,6 +342,8 @@ pub struct Scheduler {
     costs: recover::RecoveryCosts,
     /// What `/metrics` shows besides `costs`.
     tally: tally::Tally,
+    /// The tasks in a final status, for the counts by status.
+    finished: counts::Finished,
     turns: u64,
     /// The picture no longer matches the database; reload before the next turn.
     resync: bool,
@@ -371,9 +375,11 @@ impl Scheduler {
             hosts: vec![],
             tally: tally::Tally::default(),
             recovery: recover::RecoveryCosts::default(),
+            tasks: BTreeMap::new(),
         });
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
+        let finished = counts::Finished::of(&store.status_counts().await?);
         for host in store.hosts().await? {
             let Ok(id) = HostId::new(host.id.clone()) else {
                 continue;
@@ -407,6 +413,7 @@ impl Scheduler {
             reports_left: HashMap::new(),
             costs: recover::RecoveryCosts::default(),
             tally: tally::Tally::default(),
+            finished,
             turns: 0,
             resync: false,
             in_flight: None,
@@ -538,6 +545,10 @@ impl Scheduler {
             hosts: self.host_snapshots(),
             tally: self.tally.clone(),
             recovery: self.costs.clone(),
+            tasks: self.finished.with_live(
+                self.state.queue.len(),
+                self.state.live.values().map(|live| live.status),
+            ),
         });
     }
 
@@ -698,9 +709,15 @@ impl Scheduler {
 
     /// Rebuilds the queue and the live tasks from the database.
     async fn reload(&mut self) {
-        match (self.store.pending().await, self.store.live().await) {
-            (Ok(pending), Ok(live)) => {
+        let read = (
+            self.store.pending().await,
+            self.store.live().await,
+            self.store.status_counts().await,
+        );
+        match read {
+            (Ok(pending), Ok(live), Ok(counts)) => {
                 self.state.load(pending, live);
+                self.finished = counts::Finished::of(&counts);
                 self.resync = false;
                 tracing::info!(
                     queued = self.state.queue.len(),
@@ -708,7 +725,7 @@ impl Scheduler {
                     "task state reloaded from the database"
                 );
             }
-            (Err(e), _) | (_, Err(e)) => {
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 tracing::error!(error = %e, "cannot reload task state; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

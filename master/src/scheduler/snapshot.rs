@@ -13,6 +13,8 @@
 use super::recover::RecoveryCosts;
 use super::tally::Tally;
 use super::{HostSnapshot, Overview};
+use crate::model::TaskStatus;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -28,6 +30,8 @@ pub struct Snapshot {
     pub tally: Tally,
     /// What its recovery sweeps cost since start, for `/metrics`.
     pub recovery: RecoveryCosts,
+    /// How many tasks are in each status (see [`super::counts`]).
+    pub tasks: BTreeMap<TaskStatus, u64>,
 }
 
 impl Snapshot {
