@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
 use trainyard_master::model::{Task, TaskStatus};
 
+/// The project's target for no-work tasks through the whole path, on
+/// either database, with everything on this machine's two cores.
+const TARGET_RATE: u32 = 10_000;
 /// Tasks per submission in the saturation phase.
 const SUBMIT_BATCH: usize = 500;
 /// Submissions in flight at once in the saturation phase.
@@ -434,8 +437,8 @@ fn rows_of(
             bench,
             measure("throughput"),
             throughput,
-            ">= 5000 tasks/s",
-            m.rate >= 5000.0,
+            format!(">= {TARGET_RATE} tasks/s"),
+            m.rate >= f64::from(TARGET_RATE),
         ),
     });
     let (sat_p50, sat_p99) = m.saturated;
