@@ -56,9 +56,12 @@ impl TaskStatus {
             .find(|st| st.as_str().eq_ignore_ascii_case(s))
     }
 
+    /// The statuses a task never leaves.
+    pub const TERMINAL: [TaskStatus; 3] = [Self::Completed, Self::Failed, Self::Cancelled];
+
     /// A terminal task never changes again.
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+        Self::TERMINAL.contains(&self)
     }
 
     /// A live task has an attempt out on a host (or on its way to one).

@@ -379,7 +379,7 @@ impl Scheduler {
         });
         let mut state = State::default();
         state.load(store.pending().await?, store.live().await?);
-        let finished = counts::Finished::of(&store.status_counts().await?);
+        let finished = counts::Finished::of(&store.status_counts(&TaskStatus::TERMINAL).await?);
         for host in store.hosts().await? {
             let Ok(id) = HostId::new(host.id.clone()) else {
                 continue;
@@ -712,7 +712,7 @@ impl Scheduler {
         let read = (
             self.store.pending().await,
             self.store.live().await,
-            self.store.status_counts().await,
+            self.store.status_counts(&TaskStatus::TERMINAL).await,
         );
         match read {
             (Ok(pending), Ok(live), Ok(counts)) => {

@@ -219,14 +219,29 @@ impl Store {
         found.iter().map(rows::task).collect()
     }
 
-    /// How many tasks are in each status; every status is present.
-    pub async fn status_counts(&self) -> Result<BTreeMap<TaskStatus, u64>> {
-        let found = sqlx::query("SELECT status, COUNT(*) AS count FROM tasks GROUP BY status")
+    /// How many tasks are in each of `statuses`; each of them is present.
+    /// Only those statuses' entries of `tasks_by_status` are read: the
+    /// scheduler counts the terminal ones at start without reading a
+    /// queue of any length.
+    pub async fn status_counts(
+        &self,
+        statuses: &[TaskStatus],
+    ) -> Result<BTreeMap<TaskStatus, u64>> {
+        let wanted = (1..=statuses.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT status, COUNT(*) AS count FROM tasks WHERE status IN ({wanted}) GROUP BY status"
+        );
+        let query = statuses
+            .iter()
+            .fold(sqlx::query(&sql), |q, s| q.bind(s.as_str()));
+        let found = query
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::db("count tasks"))?;
-        let mut counts: BTreeMap<TaskStatus, u64> =
-            TaskStatus::ALL.iter().map(|s| (*s, 0)).collect();
+        let mut counts: BTreeMap<TaskStatus, u64> = statuses.iter().map(|s| (*s, 0)).collect();
         for row in &found {
             let (status, count) = rows::status_count(row)?;
             counts.insert(status, count);

@@ -728,7 +728,7 @@ async fn poison_host(store: &Store) {
 async fn a_failed_batch_leaves_nothing_behind(store: Store) {
     let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
     poison_host(&store).await;
-    let before = store.status_counts().await.unwrap();
+    let before = store.status_counts(&TaskStatus::ALL).await.unwrap();
     let err = store
         .apply(&Batch {
             sweeps: vec![],
@@ -743,7 +743,7 @@ async fn a_failed_batch_leaves_nothing_behind(store: Store) {
         .expect_err("the poisoned attempt insert fails the batch");
     assert!(err.to_string().contains("record dispatches"), "{err}");
     assert_eq!(
-        store.status_counts().await.unwrap(),
+        store.status_counts(&TaskStatus::ALL).await.unwrap(),
         before,
         "nothing of the batch was kept"
     );
@@ -851,7 +851,7 @@ async fn tasks_filter_by_status_and_adapter_and_page_newest_first(store: Store) 
 }
 
 async fn status_counts_list_every_status(store: Store) {
-    let empty = store.status_counts().await.unwrap();
+    let empty = store.status_counts(&TaskStatus::ALL).await.unwrap();
     assert_eq!(empty.len(), TaskStatus::ALL.len());
     assert!(empty.values().all(|n| *n == 0));
 
@@ -870,7 +870,15 @@ async fn status_counts_list_every_status(store: Store) {
         ],
     )
     .await;
-    let counts = store.status_counts().await.unwrap();
+    let terminal = store.status_counts(&TaskStatus::TERMINAL).await.unwrap();
+    let expected: BTreeMap<TaskStatus, u64> = [
+        (TaskStatus::Completed, 0),
+        (TaskStatus::Failed, 0),
+        (TaskStatus::Cancelled, 1),
+    ]
+    .into();
+    assert_eq!(terminal, expected);
+    let counts = store.status_counts(&TaskStatus::ALL).await.unwrap();
     let expected: BTreeMap<TaskStatus, u64> = [
         (TaskStatus::Pending, 1),
         (TaskStatus::Dispatched, 0),
@@ -1020,7 +1028,7 @@ async fn ten_thousand_tasks_through_a_full_cycle(store: Store) {
     phases.push(("finish", t.elapsed()));
 
     let total = started.elapsed();
-    let counts = store.status_counts().await.unwrap();
+    let counts = store.status_counts(&TaskStatus::ALL).await.unwrap();
     assert_eq!(counts[&TaskStatus::Completed], N as u64);
     let shown: Vec<String> = phases.iter().map(|(p, d)| format!("{p} {d:.2?}")).collect();
     println!(
