@@ -434,13 +434,7 @@ async fn leaders_counts_agree(apis: &[String], ended: usize, failed: usize) {
     loop {
         let mut seen = vec![];
         for api in apis {
-            let health = reqwest::Client::new()
-                .get(format!("{api}/v1/health"))
-                .timeout(Duration::from_secs(2))
-                .send()
-                .await;
-            let Ok(health) = health else { continue };
-            let Ok(body) = health.json::<serde_json::Value>().await else {
+            let Some(body) = common::health(api).await else {
                 continue;
             };
             let counts = &body["tasks"];

@@ -206,13 +206,9 @@ async fn metrics_count_the_tasks_a_cluster_ran() {
     assert_eq!(status("COMPLETED"), Some(3.0), "{:#?}", m.samples);
     assert_eq!(status("FAILED"), Some(1.0), "{:#?}", m.samples);
     assert_eq!(status("PENDING"), Some(0.0), "{:#?}", m.samples);
-    let health: serde_json::Value =
-        reqwest::get(format!("{}/v1/health", c.cluster.settings.api.url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+    let health = common::health(&c.cluster.settings.api.url)
+        .await
+        .expect("the restarted master answers /v1/health");
     assert_eq!(health["tasks"]["COMPLETED"], 3, "{health}");
     assert_eq!(health["tasks"]["FAILED"], 1, "{health}");
 }

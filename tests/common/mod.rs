@@ -679,10 +679,10 @@ pub struct Leadership {
     pub leader_api: Option<String>,
 }
 
-/// The `leadership` object of the master whose API is at `api`, or `None`
+/// The `/v1/health` body of the master whose API is at `api`, or `None`
 /// if it does not answer within 2 s.
-pub async fn leadership(api: &str) -> Option<Leadership> {
-    let body: serde_json::Value = reqwest::Client::new()
+pub async fn health(api: &str) -> Option<serde_json::Value> {
+    reqwest::Client::new()
         .get(format!("{api}/v1/health"))
         .timeout(Duration::from_secs(2))
         .send()
@@ -690,7 +690,13 @@ pub async fn leadership(api: &str) -> Option<Leadership> {
         .ok()?
         .json()
         .await
-        .ok()?;
+        .ok()
+}
+
+/// The `leadership` object of the master whose API is at `api`, or `None`
+/// if it does not answer within 2 s.
+pub async fn leadership(api: &str) -> Option<Leadership> {
+    let body = health(api).await?;
     let l = &body["leadership"];
     Some(Leadership {
         role: l["role"].as_str()?.to_string(),

@@ -14,33 +14,26 @@ use super::tally::Counted;
 use crate::model::TaskStatus;
 use std::collections::BTreeMap;
 
-/// The tasks in a final status: COMPLETED, FAILED, CANCELLED.
+/// The tasks in each final status ([`TaskStatus::TERMINAL`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Finished {
-    completed: u64,
-    failed: u64,
-    cancelled: u64,
-}
+pub struct Finished(BTreeMap<TaskStatus, u64>);
 
 impl Finished {
     /// The final statuses of counts read from the database.
     pub fn of(counts: &BTreeMap<TaskStatus, u64>) -> Self {
-        let count = |status| counts.get(&status).copied().unwrap_or(0);
-        Self {
-            completed: count(TaskStatus::Completed),
-            failed: count(TaskStatus::Failed),
-            cancelled: count(TaskStatus::Cancelled),
-        }
+        let count = |status| counts.get(status).copied().unwrap_or(0);
+        Self(
+            (TaskStatus::TERMINAL.iter())
+                .map(|status| (*status, count(status)))
+                .collect(),
+        )
     }
 
     /// Takes in what a committed turn counted.
     pub fn record(&mut self, counted: &Counted) {
         if let Counted::Ended { status, .. } = counted {
-            match status {
-                TaskStatus::Completed => self.completed += 1,
-                TaskStatus::Failed => self.failed += 1,
-                TaskStatus::Cancelled => self.cancelled += 1,
-                TaskStatus::Pending | TaskStatus::Dispatched | TaskStatus::Running => {}
+            if status.is_terminal() {
+                *self.0.entry(*status).or_default() += 1;
             }
         }
     }
@@ -58,9 +51,7 @@ impl Finished {
         for status in live {
             *counts.entry(status).or_default() += 1;
         }
-        counts.insert(TaskStatus::Completed, self.completed);
-        counts.insert(TaskStatus::Failed, self.failed);
-        counts.insert(TaskStatus::Cancelled, self.cancelled);
+        counts.extend(&self.0);
         counts
     }
 }
