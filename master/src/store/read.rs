@@ -87,13 +87,73 @@ impl TaskFilter {
     }
 }
 
+/// `statuses` split into the final ones, looked up as `ended`, and the
+/// live ones, under `ended IS NULL`: `tasks_by_end` is the only index that
+/// knows a task's status, and `status` itself is indexed nowhere (see
+/// migration 0011).
+fn ended_and_live(statuses: &[TaskStatus]) -> (Vec<TaskStatus>, Vec<TaskStatus>) {
+    statuses.iter().partition(|s| s.is_terminal())
+}
+
+/// The placeholders of `group`'s statuses, their values pushed onto
+/// `params` (numbered after those already there).
+fn placeholders(group: &[TaskStatus], params: &mut Vec<Param<'_>>) -> String {
+    let mut listed = Vec::with_capacity(group.len());
+    for status in group {
+        params.push(Param::text(status.as_str()));
+        listed.push(format!("${}", params.len()));
+    }
+    listed.join(", ")
+}
+
+/// The condition that a task is in one of `statuses`.
+fn status_condition(statuses: &[TaskStatus], params: &mut Vec<Param<'_>>) -> String {
+    let (ended, live) = ended_and_live(statuses);
+    let mut parts = Vec::new();
+    if !ended.is_empty() {
+        parts.push(format!("ended IN ({})", placeholders(&ended, params)));
+    }
+    if !live.is_empty() {
+        parts.push(format!(
+            "(ended IS NULL AND status IN ({}))",
+            placeholders(&live, params)
+        ));
+    }
+    match parts.len() {
+        0 => "FALSE".to_owned(),
+        _ => format!("({})", parts.join(" OR ")),
+    }
+}
+
+/// The query counting the tasks in each of `statuses`, `(status, count)`
+/// per status that has any: the final ones from `tasks_by_end` alone.
+/// `None` when there is nothing to count.
+fn count_query(statuses: &[TaskStatus]) -> Option<(String, Vec<Param<'static>>)> {
+    let (ended, live) = ended_and_live(statuses);
+    let mut params = Vec::new();
+    let mut selects = Vec::new();
+    if !ended.is_empty() {
+        selects.push(format!(
+            "SELECT ended AS status, COUNT(*) AS count FROM tasks WHERE ended IN ({}) GROUP BY ended",
+            placeholders(&ended, &mut params)
+        ));
+    }
+    if !live.is_empty() {
+        selects.push(format!(
+            "SELECT status, COUNT(*) AS count FROM tasks WHERE ended IS NULL AND status IN ({}) \
+             GROUP BY status",
+            placeholders(&live, &mut params)
+        ));
+    }
+    (!selects.is_empty()).then(|| (selects.join(" UNION ALL "), params))
+}
+
 /// The listing query of a filter, with its parameters in placeholder order.
 fn list_query(filter: &TaskFilter) -> (String, Vec<Param<'_>>) {
     let mut conditions = Vec::new();
     let mut params = Vec::new();
     if let Some(status) = filter.status {
-        params.push(Param::text(status.as_str()));
-        conditions.push(format!("status = ${}", params.len()));
+        conditions.push(status_condition(&[status], &mut params));
     }
     if let Some(adapter) = &filter.adapter {
         params.push(Param::text(adapter));
@@ -126,7 +186,8 @@ impl Store {
     /// PENDING tasks in dispatch order: priority DESC, then id (FIFO).
     pub async fn pending(&self) -> Result<Vec<QueuedTask>> {
         let sql = format!(
-            "SELECT {} FROM tasks WHERE status = 'PENDING' ORDER BY priority DESC, id",
+            "SELECT {} FROM tasks WHERE ended IS NULL AND status = 'PENDING' \
+             ORDER BY priority DESC, id",
             rows::QUEUED_COLUMNS
         );
         let found = sqlx::query(&sql)
@@ -139,7 +200,8 @@ impl Store {
     /// DISPATCHED and RUNNING tasks, by id.
     pub async fn live(&self) -> Result<Vec<LiveTask>> {
         let sql = format!(
-            "SELECT {} FROM tasks WHERE status IN ('DISPATCHED', 'RUNNING') ORDER BY id",
+            "SELECT {} FROM tasks WHERE ended IS NULL AND status IN ('DISPATCHED', 'RUNNING') \
+             ORDER BY id",
             rows::LIVE_COLUMNS
         );
         let found = sqlx::query(&sql)
@@ -220,28 +282,24 @@ impl Store {
     }
 
     /// How many tasks are in each of `statuses`; each of them is present.
-    /// Only those statuses' entries of `tasks_by_status` are read: the
+    /// Only those statuses' entries of `tasks_by_end` are read: the
     /// scheduler counts the terminal ones at start without reading a
     /// queue of any length.
     pub async fn status_counts(
         &self,
         statuses: &[TaskStatus],
     ) -> Result<BTreeMap<TaskStatus, u64>> {
-        let wanted = (1..=statuses.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "SELECT status, COUNT(*) AS count FROM tasks WHERE status IN ({wanted}) GROUP BY status"
-        );
-        let query = statuses
+        let mut counts: BTreeMap<TaskStatus, u64> = statuses.iter().map(|s| (*s, 0)).collect();
+        let Some((sql, params)) = count_query(statuses) else {
+            return Ok(counts);
+        };
+        let query = params
             .iter()
-            .fold(sqlx::query(&sql), |q, s| q.bind(s.as_str()));
+            .fold(sqlx::query(&sql), |q, p| values::bind(q, p));
         let found = query
             .fetch_all(&self.pool)
             .await
             .map_err(StoreError::db("count tasks"))?;
-        let mut counts: BTreeMap<TaskStatus, u64> = statuses.iter().map(|s| (*s, 0)).collect();
         for row in &found {
             let (status, count) = rows::status_count(row)?;
             counts.insert(status, count);
@@ -317,5 +375,27 @@ mod unit {
             "{sql}"
         );
         assert_eq!(params.len(), 3);
+    }
+
+    #[test]
+    fn statuses_are_found_by_end_and_never_by_status_alone() {
+        let filter = |status| TaskFilter {
+            status: Some(status),
+            ..TaskFilter::default()
+        };
+        let (sql, _) = list_query(&filter(TaskStatus::Failed));
+        assert!(sql.contains("WHERE (ended IN ($1)) ORDER BY"), "{sql}");
+        let (sql, _) = list_query(&filter(TaskStatus::Running));
+        assert!(
+            sql.contains("WHERE ((ended IS NULL AND status IN ($1))) ORDER BY"),
+            "{sql}"
+        );
+        let (sql, params) = count_query(&TaskStatus::TERMINAL).unwrap();
+        assert!(!sql.contains("status IN"), "{sql}");
+        assert_eq!(params.len(), 3);
+        let (sql, params) = count_query(&TaskStatus::ALL).unwrap();
+        assert_eq!(sql.matches("UNION ALL").count(), 1, "{sql}");
+        assert_eq!(params.len(), 6);
+        assert!(count_query(&[]).is_none());
     }
 }

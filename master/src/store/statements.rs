@@ -10,7 +10,8 @@
 //! The expected status comes with each row (`v_expect`, and `v_expect_or`
 //! where either of two will do), like the expected attempt, rather than as
 //! a constant of the statement. Given `status = 'DISPATCHED'`, PostgreSQL's
-//! planner may read every `tasks_by_status` entry under that status and
+//! planner may read every entry under that status of an index on it (there
+//! was one, `tasks_by_status`, until migration 0011), and
 //! hash-join them with the batch, instead of looking each row up by its
 //! id: it estimates the live tasks of one status as few, but the entries
 //! it then reads include one per task in that status on the fleet, and one

@@ -220,7 +220,7 @@ impl Store {
             "SELECT st.task_id FROM sweep_trials st JOIN sweeps s ON s.id = st.sweep_id \
              JOIN tasks t ON t.id = st.task_id \
              WHERE s.cancelled_at_ms IS NOT NULL \
-             AND t.status IN ('PENDING', 'DISPATCHED', 'RUNNING') ORDER BY st.task_id",
+             AND t.ended IS NULL ORDER BY st.task_id",
         )
         .fetch_all(&self.pool)
         .await
@@ -259,7 +259,7 @@ impl Store {
         let found = sqlx::query(
             "SELECT DISTINCT st.sweep_id FROM sweep_trials st JOIN sweeps s ON s.id = st.sweep_id \
              JOIN tasks t ON t.id = st.task_id \
-             WHERE s.cancelled_at_ms IS NULL AND t.status IN ('PENDING', 'DISPATCHED', 'RUNNING') \
+             WHERE s.cancelled_at_ms IS NULL AND t.ended IS NULL \
              ORDER BY st.sweep_id",
         )
         .fetch_all(&self.pool)
