@@ -507,6 +507,7 @@ async fn stale_writes_apply_nothing_and_change_nothing(store: Store) {
         },
         // A task that does not exist.
         start(999_999, 1, 0),
+        dispatch(999_999, 0, "gpu-1"),
     ];
     let n = stale.len();
     assert_eq!(apply(&store, NOW + 50, stale).await, vec![false; n]);
@@ -515,6 +516,15 @@ async fn stale_writes_apply_nothing_and_change_nothing(store: Store) {
         after, before,
         "stale writes changed nothing, updated_at_ms included"
     );
+    // Only an applied dispatch makes an attempt row (PostgreSQL has no
+    // foreign key to refuse one for a task that does not exist).
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM attempts WHERE task_id NOT IN (SELECT id FROM tasks)",
+    )
+    .fetch_one(&store.pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
 }
 
 async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(store: Store) {
