@@ -47,6 +47,16 @@ const SUBMITTERS: usize = 4;
 /// How often the half-load phase submits.
 pub const PACE: Duration = Duration::from_millis(10);
 
+/// The dispatch benchmark's fleet at full size, light hosts × slots: 2,048
+/// slots. At 512 a slot's cycle (two of the master's turns and the host's
+/// round trips) bounds the rate while the cores idle a fifth of the time
+/// (BENCHMARKS.md, "at 512 slots"), which the narrow run shows beside it.
+const DISPATCH_FLEET: (usize, u32) = (16, 128);
+/// Every other load's fleet, and the dispatch benchmark's narrow run.
+const FLEET: (usize, u32) = (16, 32);
+/// Every load's fleet at smoke size.
+const SMOKE_FLEET: (usize, u32) = (2, 4);
+
 /// Lines of output (progress events and log lines) per task when the
 /// benchmark measures what watching trainers costs.
 const WATCHED_LINES: u32 = 20;
@@ -62,6 +72,27 @@ pub enum Work {
     Spawn,
     /// Launches `seq N`: N progress events and N log lines.
     Lines(u32),
+}
+
+/// One run's load: its name (the rows' benchmark, the run's directory),
+/// what each task does, the channel, and the fleet at full size.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    bench: &'static str,
+    work: Work,
+    transport: Transport,
+    fleet: (usize, u32),
+}
+
+impl Load {
+    fn plain(bench: &'static str, work: Work, fleet: (usize, u32)) -> Self {
+        Self {
+            bench,
+            work,
+            transport: Transport::Plain,
+            fleet,
+        }
+    }
 }
 
 impl Work {
@@ -84,30 +115,58 @@ impl Work {
 
 pub async fn run(env: &BenchEnv, backends: Backends, work: Work) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![];
-    let bench = if work == Work::Nothing {
-        "dispatch"
-    } else {
-        "spawn"
+    let load = match work {
+        Work::Nothing => Load::plain("dispatch", work, DISPATCH_FLEET),
+        _ => Load::plain("spawn", work, FLEET),
     };
     for backend in backends.list() {
-        match one_backend(env, backend, work, Transport::Plain, false).await {
+        match one_backend(env, backend, load).await {
             Ok((r, rate)) => {
                 rows.extend(r);
-                if work == Work::Spawn {
-                    rows.extend(watched(env, backend, rate).await);
+                match work {
+                    Work::Nothing => rows.extend(narrow(env, backend).await),
+                    _ => rows.extend(watched(env, backend, rate).await),
                 }
             }
-            Err(e) => rows.push(Row::failed(bench, format!("run on {backend}"), &e)),
+            Err(e) => rows.push(Row::failed(load.bench, format!("run on {backend}"), &e)),
         }
     }
     Ok(rows)
 }
 
+/// The dispatch load again on the narrower fleet of every other load (and
+/// of the dispatch rows before 2026-12-05): its throughput and CPU per task.
+async fn narrow(env: &BenchEnv, backend: &str) -> Vec<Row> {
+    let load = Load::plain("dispatch-narrow", Work::Nothing, FLEET);
+    let slots = env.size(FLEET, SMOKE_FLEET);
+    let at = format!("at {} slots (", slots.0 as u32 * slots.1);
+    match one_backend(env, backend, load).await {
+        Ok((run, _)) => run
+            .into_iter()
+            .filter(|r| {
+                r.measure.starts_with("throughput") || r.measure.starts_with("CPU per task")
+            })
+            .map(|mut r| {
+                r.bench = "dispatch".into();
+                r.measure = r.measure.replacen('(', &at, 1);
+                r.target.clear();
+                r.verdict = super::report::Verdict::Info;
+                r
+            })
+            .collect(),
+        Err(e) => vec![Row::failed(
+            "dispatch",
+            format!("narrow run on {backend}"),
+            &e,
+        )],
+    }
+}
+
 /// The spawn load again with [`WATCHED_LINES`] lines of progress and logs
 /// per task, next to the plain spawn rate.
 async fn watched(env: &BenchEnv, backend: &str, spawn_rate: f64) -> Vec<Row> {
-    let work = Work::Lines(WATCHED_LINES);
-    match one_backend(env, backend, work, Transport::Plain, false).await {
+    let load = Load::plain("visibility", Work::Lines(WATCHED_LINES), FLEET);
+    match one_backend(env, backend, load).await {
         Ok((run, rate)) => {
             let mut rows: Vec<Row> = run
                 .into_iter()
@@ -155,7 +214,16 @@ pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let mut rows = vec![];
     let mut rates = vec![];
     for transport in [Transport::Plain, Transport::Tls, Transport::MutualTls] {
-        let (run, rate) = one_backend(env, "sqlite", Work::Nothing, transport, true).await?;
+        let bench = match transport {
+            Transport::Plain => "tls-off",
+            Transport::Tls => "tls",
+            Transport::MutualTls => "mtls",
+        };
+        let load = Load {
+            transport,
+            ..Load::plain(bench, Work::Nothing, FLEET)
+        };
+        let (run, rate) = one_backend(env, "sqlite", load).await?;
         // Setup once; then what each transport changes: throughput and the
         // CPU it costs per task.
         rows.extend(run.into_iter().filter(|r| {
@@ -238,23 +306,14 @@ struct Measured {
 }
 
 /// One run; its rows and its throughput in tasks/s.
-async fn one_backend(
-    env: &BenchEnv,
-    backend: &str,
-    work: Work,
-    transport: Transport,
-    tls_comparison: bool,
-) -> anyhow::Result<(Vec<Row>, f64)> {
-    // Names the rows and the run directory.
-    let bench = match (work, transport) {
-        (Work::Spawn, _) => "spawn",
-        (Work::Lines(_), _) => "visibility",
-        (Work::Nothing, Transport::Plain) if !tls_comparison => "dispatch",
-        (Work::Nothing, Transport::Plain) => "tls-off",
-        (Work::Nothing, Transport::Tls) => "tls",
-        (Work::Nothing, Transport::MutualTls) => "mtls",
-    };
-    let (hosts, slots) = env.size((16, 32), (2, 4));
+async fn one_backend(env: &BenchEnv, backend: &str, load: Load) -> anyhow::Result<(Vec<Row>, f64)> {
+    let Load {
+        bench,
+        work,
+        transport,
+        fleet,
+    } = load;
+    let (hosts, slots) = env.size(fleet, SMOKE_FLEET);
     let mut stage = env.stage(bench, backend).await?;
     let host_certificates = match transport {
         Transport::Plain => None,
