@@ -711,10 +711,18 @@ struct Pids {
     postgres: bool,
 }
 
+/// The names of the threads sqlx runs SQLite connections on (truncated
+/// to 15 bytes by the kernel).
+const SQLITE_THREADS: &str = "sqlx-sqlite";
+
 /// CPU time used by each of [`Pids`].
 #[derive(Clone, Default)]
 struct CpuUse {
     master: Duration,
+    /// The part of `master` on SQLite's threads: sqlx runs each SQLite
+    /// connection, the engine and its own marshalling, on a thread of its
+    /// own ([`SQLITE_THREADS`]). Zero on PostgreSQL.
+    sqlite: Duration,
     redis: Duration,
     hosts: Duration,
     /// Submitting and polling, on the users' thread of this process.
@@ -730,6 +738,7 @@ impl Pids {
         let t = |pid| super::probe::cpu_time(pid).unwrap_or_default();
         CpuUse {
             master: t(self.master),
+            sqlite: super::probe::threads_cpu_time(self.master, SQLITE_THREADS),
             redis: t(self.redis),
             hosts: t(self.hosts),
             users: Duration::ZERO,
@@ -759,6 +768,7 @@ impl CpuUse {
         });
         CpuUse {
             master: self.master.saturating_sub(before.master),
+            sqlite: self.sqlite.saturating_sub(before.sqlite),
             redis: self.redis.saturating_sub(before.redis),
             hosts: self.hosts.saturating_sub(before.hosts),
             users: self.users.saturating_sub(before.users),
@@ -778,14 +788,19 @@ impl CpuUse {
     /// The figure of the CPU row, over `tasks` tasks.
     fn per_task(&self, tasks: usize) -> String {
         let us = |d: Duration| d.as_secs_f64() * 1e6 / tasks.max(1) as f64;
-        let database = match &self.database {
-            Some(d) => format!(", PostgreSQL server {:.0} µs", us(d.values().sum())),
-            None => String::new(),
+        let (database, sqlite) = match &self.database {
+            Some(d) => (
+                format!(", PostgreSQL server {:.0} µs", us(d.values().sum())),
+                String::new(),
+            ),
+            None => (
+                String::new(),
+                format!(" (SQLite's threads {:.0} µs of it)", us(self.sqlite)),
+            ),
         };
         format!(
-            "master {:.0} µs{}, light hosts {:.0} µs, Redis {:.0} µs{database}; users' side (submitting, polling) {:.0} µs (master alone: {:.0} tasks/s per core)",
+            "master {:.0} µs{sqlite}, light hosts {:.0} µs, Redis {:.0} µs{database}; users' side (submitting, polling) {:.0} µs (master alone: {:.0} tasks/s per core)",
             us(self.master),
-            if self.database.is_none() { " (SQLite included)" } else { "" },
             us(self.hosts),
             us(self.redis),
             us(self.users),

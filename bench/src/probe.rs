@@ -16,8 +16,29 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 /// User + system CPU time the process has used.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu_time(&stat).map(|(_, time)| time)
+}
+
+/// User + system CPU time of the process's threads whose name (`comm`,
+/// at most 15 bytes) starts with `prefix`, those alive now.
+pub fn threads_cpu_time(pid: u32, prefix: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (name, time) = stat_cpu_time(&stat)?;
+            name.starts_with(prefix).then_some(time)
+        })
+        .sum()
+}
+
+/// The name and the user + system CPU time of a `/proc/…/stat` line.
+fn stat_cpu_time(stat: &str) -> Option<(&str, Duration)> {
     // The command name may hold spaces; fields resume after its ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let rest = stat.get(close + 2..)?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line (1-based),
     // i.e. 11 and 12 after the state field.
@@ -27,7 +48,10 @@ pub fn cpu_time(pid: u32) -> Option<Duration> {
         n if n > 0 => n as u64,
         _ => 100,
     };
-    Some(Duration::from_millis(ticks * 1000 / hz))
+    Some((
+        &stat[open + 1..close],
+        Duration::from_millis(ticks * 1000 / hz),
+    ))
 }
 
 /// CPU time the calling thread has used.
@@ -151,5 +175,26 @@ mod tests {
         }
         assert!(x > 0);
         assert!(cpu_time(pid).unwrap() > before);
+    }
+
+    #[test]
+    fn reads_the_threads_of_a_name() {
+        let pid = std::process::id();
+        let (spun, measured) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let spinner = std::thread::Builder::new()
+            .name("probe-spinner".into())
+            .spawn(move || {
+                let start = thread_cpu_time();
+                while thread_cpu_time() < start + Duration::from_millis(60) {}
+                spun.0.send(()).unwrap();
+                // Alive until measured: a finished thread's time is gone.
+                let _ = measured.1.recv();
+            })
+            .unwrap();
+        spun.1.recv().unwrap();
+        assert!(threads_cpu_time(pid, "probe-spin") >= Duration::from_millis(50));
+        assert_eq!(threads_cpu_time(pid, "no-such-thread"), Duration::ZERO);
+        measured.0.send(()).unwrap();
+        spinner.join().unwrap();
     }
 }
