@@ -143,9 +143,7 @@ async fn narrow(env: &BenchEnv, backend: &str) -> Vec<Row> {
     match one_backend(env, backend, load).await {
         Ok((run, _)) => run
             .into_iter()
-            .filter(|r| {
-                r.measure.starts_with("throughput") || r.measure.starts_with("CPU per task")
-            })
+            .filter(rate_or_cpu)
             .map(|mut r| {
                 r.bench = "dispatch".into();
                 r.measure = r.measure.replacen('(', &at, 1);
@@ -162,18 +160,19 @@ async fn narrow(env: &BenchEnv, backend: &str) -> Vec<Row> {
     }
 }
 
+/// Whether a run's row is its throughput or its CPU per task: what a run
+/// set beside another keeps.
+fn rate_or_cpu(row: &Row) -> bool {
+    row.measure.starts_with("throughput") || row.measure.starts_with("CPU per task")
+}
+
 /// The spawn load again with [`WATCHED_LINES`] lines of progress and logs
 /// per task, next to the plain spawn rate.
 async fn watched(env: &BenchEnv, backend: &str, spawn_rate: f64) -> Vec<Row> {
     let load = Load::plain("visibility", Work::Lines(WATCHED_LINES), FLEET);
     match one_backend(env, backend, load).await {
         Ok((run, rate)) => {
-            let mut rows: Vec<Row> = run
-                .into_iter()
-                .filter(|r| {
-                    r.measure.starts_with("throughput") || r.measure.starts_with("CPU per task")
-                })
-                .collect();
+            let mut rows: Vec<Row> = run.into_iter().filter(rate_or_cpu).collect();
             let ratio = rate / spawn_rate.max(1.0);
             rows.push(Row::checked(
                 "visibility",
@@ -226,11 +225,10 @@ pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
         let (run, rate) = one_backend(env, "sqlite", load).await?;
         // Setup once; then what each transport changes: throughput and the
         // CPU it costs per task.
-        rows.extend(run.into_iter().filter(|r| {
-            (rates.is_empty() && r.measure.starts_with("setup"))
-                || r.measure.starts_with("throughput")
-                || r.measure.starts_with("CPU per task")
-        }));
+        rows.extend(
+            run.into_iter()
+                .filter(|r| (rates.is_empty() && r.measure.starts_with("setup")) || rate_or_cpu(r)),
+        );
         rates.push(rate);
     }
     for row in &mut rows {

@@ -106,22 +106,14 @@ fn placeholders(group: &[TaskStatus], params: &mut Vec<Param<'_>>) -> String {
     listed.join(", ")
 }
 
-/// The condition that a task is in one of `statuses`.
-fn status_condition(statuses: &[TaskStatus], params: &mut Vec<Param<'_>>) -> String {
-    let (ended, live) = ended_and_live(statuses);
-    let mut parts = Vec::new();
-    if !ended.is_empty() {
-        parts.push(format!("ended IN ({})", placeholders(&ended, params)));
-    }
-    if !live.is_empty() {
-        parts.push(format!(
-            "(ended IS NULL AND status IN ({}))",
-            placeholders(&live, params)
-        ));
-    }
-    match parts.len() {
-        0 => "FALSE".to_owned(),
-        _ => format!("({})", parts.join(" OR ")),
+/// The condition that a task is in `status`: a final one looked up as
+/// `ended`, a live one under `ended IS NULL` ([`ended_and_live`]).
+fn status_condition(status: TaskStatus, params: &mut Vec<Param<'_>>) -> String {
+    let placeholder = placeholders(&[status], params);
+    if status.is_terminal() {
+        format!("ended = {placeholder}")
+    } else {
+        format!("ended IS NULL AND status = {placeholder}")
     }
 }
 
@@ -153,7 +145,7 @@ fn list_query(filter: &TaskFilter) -> (String, Vec<Param<'_>>) {
     let mut conditions = Vec::new();
     let mut params = Vec::new();
     if let Some(status) = filter.status {
-        conditions.push(status_condition(&[status], &mut params));
+        conditions.push(status_condition(status, &mut params));
     }
     if let Some(adapter) = &filter.adapter {
         params.push(Param::text(adapter));
@@ -282,9 +274,9 @@ impl Store {
     }
 
     /// How many tasks are in each of `statuses`; each of them is present.
-    /// Only those statuses' entries of `tasks_by_end` are read: the
-    /// scheduler counts the terminal ones at start without reading a
-    /// queue of any length.
+    /// The final statuses are counted from their entries of `tasks_by_end`
+    /// alone: the scheduler counts them at start without reading a queue
+    /// of any length.
     pub async fn status_counts(
         &self,
         statuses: &[TaskStatus],
@@ -384,10 +376,10 @@ mod unit {
             ..TaskFilter::default()
         };
         let (sql, _) = list_query(&filter(TaskStatus::Failed));
-        assert!(sql.contains("WHERE (ended IN ($1)) ORDER BY"), "{sql}");
+        assert!(sql.contains("WHERE ended = $1 ORDER BY"), "{sql}");
         let (sql, _) = list_query(&filter(TaskStatus::Running));
         assert!(
-            sql.contains("WHERE ((ended IS NULL AND status IN ($1))) ORDER BY"),
+            sql.contains("WHERE ended IS NULL AND status = $1 ORDER BY"),
             "{sql}"
         );
         let (sql, params) = count_query(&TaskStatus::TERMINAL).unwrap();
