@@ -180,6 +180,14 @@ pub struct AdapterEntry {
     /// Paths its trainers may write, besides their workspace.
     #[serde(default)]
     pub read_write: Vec<PathBuf>,
+    /// Unix sockets its trainers may connect to, by path (with the mount
+    /// layer on, no other socket is in their view).
+    #[serde(default)]
+    pub sockets: Vec<PathBuf>,
+    /// System calls the filter refuses that its trainers may make after
+    /// all (`["ptrace"]`).
+    #[serde(default)]
+    pub allow_syscalls: Vec<String>,
     /// Overrides of `[host.containment.limits]` for its trainers.
     #[serde(default)]
     pub limits: trainyard_host::containment::Limits,
@@ -198,6 +206,8 @@ impl AdapterEntry {
             network: Default::default(),
             read_only: vec![],
             read_write: vec![],
+            sockets: vec![],
+            allow_syscalls: vec![],
             limits: Default::default(),
             python: None,
         }
@@ -209,6 +219,8 @@ impl AdapterEntry {
             network: self.network,
             read_only: self.read_only.clone(),
             read_write: self.read_write.clone(),
+            sockets: self.sockets.clone(),
+            allow_syscalls: self.allow_syscalls.clone(),
             limits: self.limits.clone(),
         }
     }

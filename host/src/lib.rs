@@ -93,6 +93,8 @@ pub enum HostError {
     PoolTooSmall { slots: u32, instances: u32 },
     #[error("invalid [host.resources]: {0}")]
     Resources(String),
+    #[error("adapter entry {path}: {reason}")]
+    AdapterEntry { path: String, reason: String },
     #[error(transparent)]
     Containment(#[from] containment::ContainmentError),
     #[error(transparent)]
@@ -250,6 +252,14 @@ pub async fn start(
         .validate()
         .map_err(|e| HostError::Resources(e.to_string()))?;
     let masters = masters::MasterAddrs::parse(&config.master)?;
+    for adapter in &config.adapters {
+        containment::seccomp::check_allowed(&adapter.containment.allow_syscalls).map_err(
+            |reason| HostError::AdapterEntry {
+                path: adapter.path.display().to_string(),
+                reason,
+            },
+        )?;
+    }
     check_supervisor(&config)?;
     workspace::prepare_base(&config.work_dir).map_err(|source| HostError::WorkDir {
         path: config.work_dir.display().to_string(),

@@ -636,3 +636,110 @@ async fn a_confined_trainer_leaves_no_process_behind_whatever_its_session() {
     );
     trainyard_host::containment::cgroup::remove_empty_tree(&cgroup);
 }
+
+fn confined(workspace: &Path) -> trainyard_host::containment::Confinement {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test makes namespaces, which needs root"
+    );
+    trainyard_host::containment::Confinement {
+        workspace: workspace.to_path_buf(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_trainer_in_a_pid_namespace_sees_only_its_own_processes_and_its_exit_passes_through() {
+    let _shared = shared().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = sh(
+        dir.path(),
+        "echo pid $$; for p in /proc/[0-9]*; do echo seen ${p#/proc/}; done; exit 3",
+    );
+    spec.confinement = Some(trainyard_host::containment::Confinement {
+        pid_namespace: true,
+        ..confined(dir.path())
+    });
+    let (exit, lines) = run(spec).await;
+    assert_eq!(exit.status, ExitKind::Exited(3), "{}", exit.stderr_tail);
+    // Its namespace's first process and itself: nothing of the machine.
+    assert!(lines.contains(&"pid 2".to_string()), "{lines:?}");
+    let seen: Vec<&String> = lines.iter().filter(|l| l.starts_with("seen")).collect();
+    assert_eq!(seen, ["seen 1", "seen 2"], "{lines:?}");
+}
+
+#[tokio::test]
+async fn a_stop_reaches_a_trainer_in_a_pid_namespace_whose_orphans_are_reaped() {
+    let _shared = shared().await;
+    let dir = tempfile::tempdir().unwrap();
+    // An orphan that exits must not stay a zombie; one that lives on ends
+    // with the namespace.
+    let mut spec = sh(
+        dir.path(),
+        "trap 'echo zombies $(grep -l \"^State:.*Z\" /proc/[0-9]*/status | wc -l); exit 7' TERM; \
+         (sh -c 'exit 0' &); (sleep 600 &); echo ready; while true; do sleep 0.05; done",
+    );
+    spec.confinement = Some(trainyard_host::containment::Confinement {
+        pid_namespace: true,
+        ..confined(dir.path())
+    });
+    let (trainer, mut lines) = Trainer::spawn(spec, far_deadline()).await.unwrap();
+    let ready = tokio::time::timeout(PATIENCE, lines.recv()).await.unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    let group = trainer.pid();
+    trainer.control().stop(PATIENCE);
+    let rest = collect(lines);
+    let exit = wait(trainer).await;
+    assert_eq!(exit.status, ExitKind::Exited(7), "{}", exit.stderr_tail);
+    assert_eq!(rest.await.unwrap(), ["zombies 0"]);
+    assert!(live_group_members(group).is_empty());
+}
+
+#[tokio::test]
+async fn a_trainer_in_its_own_view_finds_only_what_it_was_given() {
+    let _shared = shared().await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("work/1-1");
+    std::fs::create_dir_all(workspace.join("tmp")).unwrap();
+    let root = dir.path().join("view-root");
+    std::fs::create_dir(&root).unwrap();
+    let read_only: Vec<PathBuf> = ["/usr", "/bin", "/lib", "/lib64", "/etc/ld.so.cache"]
+        .map(PathBuf::from)
+        .to_vec();
+    let read_write = vec![workspace.clone(), PathBuf::from("/dev/null")];
+    let view =
+        trainyard_host::containment::view::plan(&root, &workspace, &read_only, &read_write, &[]);
+    let mut spec = sh(
+        &workspace,
+        "ls -A / | tr '\\n' ' '; echo; ls -A /dev | tr '\\n' ' '; echo; pwd; \
+         echo kept > result.txt; touch /usr/escape 2>/dev/null || echo usr read-only",
+    );
+    spec.confinement = Some(trainyard_host::containment::Confinement {
+        view: Some(view),
+        pid_namespace: true,
+        ..confined(&workspace)
+    });
+    let (exit, lines) = run(spec).await;
+    assert_eq!(exit.status, ExitKind::Exited(0), "{}", exit.stderr_tail);
+    let top = dir.path().components().nth(1).unwrap();
+    let top = top.as_os_str().to_string_lossy();
+    let mut root_entries: Vec<&str> = lines[0].split_whitespace().collect();
+    root_entries.sort();
+    let mut expected = vec!["bin", "dev", "etc", "lib", "lib64", "proc", "usr", &*top];
+    expected.sort();
+    expected.dedup();
+    assert_eq!(root_entries, expected, "{lines:?}");
+    assert_eq!(
+        lines[1].trim(),
+        "fd null shm stderr stdin stdout",
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], workspace.display().to_string());
+    assert_eq!(lines[3], "usr read-only");
+    // The host reads what the trainer left once it has ended.
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("result.txt")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+}

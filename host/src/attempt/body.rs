@@ -187,8 +187,10 @@ impl Run<'_> {
         lease: &mut watch::Receiver<LeaseState>,
     ) -> (Outcome, Option<Workspace>) {
         let config = &self.env.config;
+        let quota = self.env.enforcement.workspace_quota(&adapter.containment);
+        let spare = self.env.spares.take();
         let workspace =
-            match Workspace::create(&config.work_dir, self.attempt, self.env.spares.take()) {
+            match Workspace::create_with_quota(&config.work_dir, self.attempt, spare, quota) {
                 Ok(w) => w,
                 Err(e) => {
                     return (

@@ -243,21 +243,38 @@ pub fn children(relative: &str) -> Vec<String> {
         .collect()
 }
 
-/// Removes the cgroup `relative` if it holds nothing (best effort).
-pub fn remove_if_empty(relative: &str) {
-    let cgroup = AttemptCgroup::load(relative);
-    if cgroup.members().is_empty() {
-        let _ = cgroup.cgroup.delete();
-    }
+/// Removes the cgroup `relative` and every cgroup under it that holds no
+/// process, deepest first, in every hierarchy (best effort: what is busy
+/// stays). Returns whether it is gone everywhere.
+pub fn remove_empty_tree(relative: &str) -> bool {
+    let dirs = directories(&AttemptCgroup::load(relative).cgroup);
+    dirs.iter().for_each(|dir| remove_dirs_below(dir));
+    dirs.iter().all(|dir| !dir.exists())
 }
 
-/// Removes the cgroup `relative` and every cgroup under it that holds no
-/// process, deepest first (best effort: what is busy stays).
-pub fn remove_empty_tree(relative: &str) {
-    for child in children(relative) {
-        remove_empty_tree(&child);
+/// `rmdir` of `dir` and every directory under it, deepest first: the
+/// kernel removes a cgroup's directory only when no process and no child
+/// cgroup is left in it, so a busy one stays, with its parents.
+fn remove_dirs_below(dir: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_dirs_below(&entry.path());
+            }
+        }
     }
-    remove_if_empty(relative);
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Removes the cgroup `relative` and everything under it once its
+/// processes are gone, waiting up to `patience` for them (the supervisors
+/// of a stopping host's last attempts are still emptying theirs); what is
+/// still busy then stays.
+pub fn remove_tree_when_empty(relative: &str, patience: Duration) {
+    let until = Instant::now() + patience;
+    while !remove_empty_tree(relative) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `text` made fit to be one cgroup directory's name: every character but

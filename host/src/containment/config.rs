@@ -29,6 +29,15 @@ pub struct ContainmentSettings {
     pub landlock: Switch,
     /// A network namespace of the trainer's own, with only loopback.
     pub network: Switch,
+    /// A mount namespace of the trainer's own: a filesystem view holding
+    /// only what it may use (no `/run`, no other socket directory).
+    pub mount: Switch,
+    /// A PID namespace of the trainer's own, with its own `/proc`.
+    pub pid: Switch,
+    /// The workspace on a filesystem whose size is `limits.disk`.
+    pub disk: Switch,
+    /// A system-call filter (`seccomp`).
+    pub seccomp: Switch,
     /// The user trainers run as when the host runs as root, or `"off"` to
     /// keep the host's user.
     pub user: String,
@@ -45,6 +54,10 @@ impl Default for ContainmentSettings {
             cgroup_parent: "trainyard".into(),
             landlock: Switch::On,
             network: Switch::On,
+            mount: Switch::On,
+            pid: Switch::On,
+            disk: Switch::On,
+            seccomp: Switch::On,
             user: "nobody".into(),
             read_only: vec![],
             limits: Limits {
@@ -95,6 +108,12 @@ pub struct AdapterContainment {
     pub read_only: Vec<PathBuf>,
     /// Paths its trainers may write, besides the workspace.
     pub read_write: Vec<PathBuf>,
+    /// Unix sockets its trainers may connect to (a local service the
+    /// operator trusts them with), by path; no other socket is in their view.
+    pub sockets: Vec<PathBuf>,
+    /// System calls of the filter's profile its trainers may make after
+    /// all ("ptrace", "perf_event_open", "unshare", ...).
+    pub allow_syscalls: Vec<String>,
     /// Overrides of the host's limits.
     pub limits: Limits,
 }

@@ -4,6 +4,7 @@
 //! carries it out.
 
 use super::config::{AdapterContainment, Limits, NetworkMode};
+use super::view::ViewPlan;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +59,16 @@ pub struct Confinement {
     pub limits: Limits,
     /// `None`: no Landlock.
     pub filesystem: Option<FsRules>,
+    /// `None`: no mount namespace, the host's filesystem seen through
+    /// Landlock alone.
+    pub view: Option<ViewPlan>,
+    /// A PID namespace of its own, with its own `/proc`.
+    pub pid_namespace: bool,
+    /// The system calls the filter lets through after all; `None`: no filter.
+    pub seccomp: Option<Vec<String>>,
+    /// The size of the filesystem mounted on the workspace, if it has one
+    /// of its own.
+    pub workspace_quota: Option<u64>,
     /// A network namespace of its own, with only loopback.
     pub isolate_network: bool,
     /// Who the trainer runs as; `None` keeps the host's user.

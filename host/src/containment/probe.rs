@@ -7,6 +7,7 @@
 use super::cgroup::{self, AttemptCgroup, Version};
 use super::config::{AdapterContainment, ContainmentSettings, Limits, Switch, USER_OFF};
 use super::plan::{self, Confinement, Credentials};
+use super::{quota, view};
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,12 @@ pub struct Enforcement {
     cgroup: Option<(Version, String)>,
     landlock_abi: Option<u32>,
     network: bool,
+    /// The empty directory trainers' views are built on, with the mount
+    /// layer on.
+    view_root: Option<PathBuf>,
+    pid: bool,
+    disk: bool,
+    seccomp: bool,
     user: Option<(String, Credentials)>,
     read_only: Vec<PathBuf>,
     limits: Limits,
@@ -51,6 +58,10 @@ impl Enforcement {
             cgroup: None,
             landlock_abi: None,
             network: false,
+            view_root: None,
+            pid: false,
+            disk: false,
+            seccomp: false,
             user: None,
             read_only: vec![],
             limits: Limits::default(),
@@ -78,15 +89,36 @@ impl Enforcement {
             Switch::Off => None,
             Switch::On => Some(super::filesystem::probe().map_err(|r| refuse("landlock", r))?),
         };
-        let network = match settings.network {
-            Switch::Off => false,
-            Switch::On => probe_network(supervisor).map(|()| true)?,
+        let on = |switch: Switch| switch == Switch::On;
+        let network = on(settings.network);
+        if network {
+            probe_in_supervisor(supervisor, "network", &[])?;
+        }
+        let view_root = match settings.mount {
+            Switch::Off => None,
+            Switch::On => Some(probe_mount(supervisor, work_dir)?),
         };
+        let pid = on(settings.pid);
+        if pid {
+            probe_in_supervisor(supervisor, "pid", &[])?;
+        }
+        let disk = on(settings.disk);
+        if disk {
+            quota::probe(work_dir).map_err(|r| refuse("disk", r))?;
+        }
+        let seccomp = on(settings.seccomp);
+        if seccomp {
+            probe_in_supervisor(supervisor, "seccomp", &[])?;
+        }
         let user = probe_user(&settings.user, work_dir)?;
         Ok(Enforcement {
             cgroup,
             landlock_abi,
             network,
+            view_root,
+            pid,
+            disk,
+            seccomp,
             user,
             read_only: settings
                 .read_only
@@ -105,7 +137,8 @@ impl Enforcement {
     }
 
     /// The layers enforced, for operators: `["cgroup v1", "landlock abi 6",
-    /// "network namespace", "user nobody"]`.
+    /// "network namespace", "mount namespace", "pid namespace", "disk
+    /// quota", "seccomp", "user nobody"]`.
     pub fn layers(&self) -> Vec<String> {
         let mut layers = vec![];
         if let Some((version, _)) = &self.cgroup {
@@ -120,6 +153,18 @@ impl Enforcement {
         if self.network {
             layers.push("network namespace".into());
         }
+        if self.view_root.is_some() {
+            layers.push("mount namespace".into());
+        }
+        if self.pid {
+            layers.push("pid namespace".into());
+        }
+        if self.disk {
+            layers.push("disk quota".into());
+        }
+        if self.seccomp {
+            layers.push("seccomp".into());
+        }
         if let Some((name, _)) = &self.user {
             layers.push(format!("user {name}"));
         }
@@ -129,6 +174,14 @@ impl Enforcement {
     /// The trainer's user, if it is not the host's.
     pub fn credentials(&self) -> Option<Credentials> {
         self.user.as_ref().map(|(_, c)| *c)
+    }
+
+    /// The size of the filesystem an attempt's workspace gets for its
+    /// adapter, if the disk layer is on and a quota applies.
+    pub fn workspace_quota(&self, adapter: &AdapterContainment) -> Option<u64> {
+        self.disk
+            .then(|| adapter.limits.disk.or(self.limits.disk))
+            .flatten()
     }
 
     /// How to confine one attempt's trainer.
@@ -143,6 +196,19 @@ impl Enforcement {
         let executable = executable
             .canonicalize()
             .unwrap_or_else(|_| executable.to_path_buf());
+        let mut rules = plan::filesystem_rules(workspace, &executable, &self.read_only, adapter);
+        rules
+            .read_write
+            .extend(plan::gpu_files(assignment, &self.gpu_files));
+        let view = self.view_root.as_ref().map(|root| {
+            view::plan(
+                root,
+                workspace,
+                &rules.read_only,
+                &rules.read_write,
+                &adapter.sockets,
+            )
+        });
         Confinement {
             workspace: workspace.to_path_buf(),
             cgroup: self
@@ -150,23 +216,23 @@ impl Enforcement {
                 .as_ref()
                 .map(|(_, dir)| format!("{dir}/{attempt_name}")),
             limits: plan::effective_limits(&self.limits, &adapter.limits, assignment),
-            filesystem: self.landlock_abi.map(|_| {
-                let mut rules =
-                    plan::filesystem_rules(workspace, &executable, &self.read_only, adapter);
-                rules
-                    .read_write
-                    .extend(plan::gpu_files(assignment, &self.gpu_files));
-                rules
-            }),
+            filesystem: self.landlock_abi.map(|_| rules),
+            view,
+            pid_namespace: self.pid,
+            seccomp: self.seccomp.then(|| adapter.allow_syscalls.clone()),
+            workspace_quota: self.workspace_quota(adapter),
             isolate_network: plan::isolates_network(self.network, adapter),
             user: self.credentials(),
         }
     }
 
-    /// Removes this host's (empty) cgroup directory when it stops.
+    /// Removes this host's cgroup directory, and the attempts' cgroups
+    /// under it, when it stops: once their processes are gone (the last
+    /// attempts' supervisors may still be emptying theirs), nothing of the
+    /// host is left in any hierarchy.
     pub fn release(&self) {
         if let Some((_, dir)) = &self.cgroup {
-            cgroup::remove_if_empty(dir);
+            cgroup::remove_tree_when_empty(dir, cgroup::EMPTY_TIMEOUT);
         }
     }
 }
@@ -241,23 +307,48 @@ fn probe_cgroup(host_dir: &str) -> Result<(Version, String), ContainmentError> {
     Ok((version, host_dir.to_string()))
 }
 
-fn probe_network(supervisor: &Path) -> Result<(), ContainmentError> {
+/// Makes the directory trainers' views are built on and proves a view can
+/// be built there.
+fn probe_mount(supervisor: &Path, work_dir: &Path) -> Result<PathBuf, ContainmentError> {
+    let root = work_dir.join(VIEW_ROOT);
+    match std::fs::create_dir(&root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(refuse(
+                "mount",
+                format!("cannot create {}: {e}", root.display()),
+            ))
+        }
+    }
+    probe_in_supervisor(supervisor, "mount", &[root.as_os_str()])?;
+    Ok(root)
+}
+
+/// The directory under the work directory that trainers' views are built
+/// on (in their own mount namespaces; it stays empty in the host's).
+pub const VIEW_ROOT: &str = ".view";
+
+/// Runs `trainyard-supervise --probe <layer>`, which tries the layer in a
+/// process of its own.
+fn probe_in_supervisor(
+    supervisor: &Path,
+    layer: &'static str,
+    args: &[&std::ffi::OsStr],
+) -> Result<(), ContainmentError> {
     let output = Command::new(supervisor)
-        .arg(crate::process::supervisor::PROBE_NETWORK_FLAG)
+        .arg(crate::process::supervisor::PROBE_FLAG)
+        .arg(layer)
+        .args(args)
         .output()
-        .map_err(|e| {
-            refuse(
-                "network",
-                format!("cannot run {}: {e}", supervisor.display()),
-            )
-        })?;
+        .map_err(|e| refuse(layer, format!("cannot run {}: {e}", supervisor.display())))?;
     if output.status.success() {
         return Ok(());
     }
     let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
     Err(refuse(
-        "network",
-        format!("{said} (a network namespace needs root or CAP_SYS_ADMIN)"),
+        layer,
+        format!("{said} (namespaces and filters need root or CAP_SYS_ADMIN)"),
     ))
 }
 

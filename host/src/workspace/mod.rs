@@ -32,6 +32,9 @@ pub struct Workspace {
     dir: Dir,
     /// Whether a trainer's user was given it ([`Workspace::hand_over`]).
     handed_over: AtomicBool,
+    /// Whether it is a filesystem of its own, the size of its disk quota
+    /// (`crate::containment::quota`), unmounted when it is removed.
+    quota: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,11 +79,36 @@ impl Workspace {
         attempt: AttemptRef,
         spare: Option<PathBuf>,
     ) -> Result<Workspace, WorkspaceError> {
-        Self::create_at(
-            base,
-            base.join(format!("{}-{}", attempt.task, attempt.attempt)),
-            spare,
-        )
+        Self::create_with_quota(base, attempt, spare, None)
+    }
+
+    /// Like [`Workspace::create`], and with a `quota` the directory is a
+    /// tmpfs of that many bytes: nothing written into it, by the adapter
+    /// or the trainer, can take more.
+    pub fn create_with_quota(
+        base: &Path,
+        attempt: AttemptRef,
+        spare: Option<PathBuf>,
+        quota: Option<u64>,
+    ) -> Result<Workspace, WorkspaceError> {
+        let path = base.join(format!("{}-{}", attempt.task, attempt.attempt));
+        let mut workspace = Self::create_at(base, path, spare)?;
+        if let Some(bytes) = quota {
+            let path = workspace.path.clone();
+            let mounted = crate::containment::quota::mount(&path, bytes)
+                .and_then(|()| Self::open(path.clone()));
+            match mounted {
+                Ok(mut mounted) => {
+                    mounted.quota = true;
+                    workspace = mounted;
+                }
+                Err(source) => {
+                    let _ = workspace.remove();
+                    return Err(WorkspaceError::Create { dir: path, source });
+                }
+            }
+        }
+        Ok(workspace)
     }
 
     fn create_at(
@@ -104,7 +132,10 @@ impl Workspace {
         };
         fs::create_dir_all(base).map_err(create_error)?;
         match fs::symlink_metadata(&path) {
-            Ok(leftover) if leftover.is_dir() => remove_tree(&path).map_err(create_error)?,
+            Ok(leftover) if leftover.is_dir() => {
+                crate::containment::quota::unmount(&path).map_err(create_error)?;
+                remove_tree(&path).map_err(create_error)?
+            }
             Ok(_) => fs::remove_file(&path).map_err(create_error)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(create_error(e)),
@@ -127,6 +158,7 @@ impl Workspace {
             path,
             dir,
             handed_over: AtomicBool::new(false),
+            quota: false,
         })
     }
 
@@ -267,15 +299,30 @@ impl Workspace {
     /// Deletes the workspace and everything in it, without following
     /// symlinks out of it. Called once the trainer's group is gone.
     pub fn remove(self) -> Result<(), WorkspaceError> {
-        let Workspace { path, dir, .. } = self;
+        let Workspace {
+            path, dir, quota, ..
+        } = self;
         drop(dir);
-        remove_tree(&path).map_err(|source| WorkspaceError::Remove { dir: path, source })
+        let remove_error = |source| WorkspaceError::Remove {
+            dir: path.clone(),
+            source,
+        };
+        if quota {
+            crate::containment::quota::unmount(&path).map_err(remove_error)?;
+        }
+        remove_tree(&path).map_err(remove_error)
     }
 
     /// Deletes everything in the workspace, without following symlinks out
-    /// of it, keeping the directory. Only for a workspace no trainer ever
-    /// had: nothing else can write into it.
-    fn empty(&self) -> io::Result<()> {
+    /// of it, keeping the directory (with a quota: unmounts its filesystem,
+    /// leaving the empty directory under it). Only for a workspace no
+    /// trainer ever had: nothing else can write into it.
+    fn empty(&mut self) -> io::Result<()> {
+        if self.quota {
+            crate::containment::quota::unmount(&self.path)?;
+            self.quota = false;
+            return Ok(());
+        }
         empty_dir(&self.path)
     }
 

@@ -60,7 +60,7 @@ impl Spares {
 
     /// Ends an attempt's workspace: emptied and kept when no trainer ever
     /// had it and there is room, else removed.
-    pub fn give_back(&self, workspace: Workspace) -> Result<(), WorkspaceError> {
+    pub fn give_back(&self, mut workspace: Workspace) -> Result<(), WorkspaceError> {
         let kept = self.lock().len();
         if fate(workspace.handed_over(), kept, self.capacity) == Fate::Remove
             || workspace.empty().is_err()

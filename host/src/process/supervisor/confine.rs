@@ -1,11 +1,13 @@
 //! Carrying out the host's [`Confinement`] of one trainer: what can be made
-//! in advance (the cgroup with its limits, the Landlock ruleset) is made
-//! before the fork; the trainer then enters it between fork and exec; and
-//! when the attempt ends, its cgroup is emptied and removed.
+//! in advance (the cgroup with its limits, the filesystem view's steps, the
+//! system-call filter) is made before the fork; the trainer then enters it
+//! between fork and exec; and when the attempt ends, its cgroup is emptied
+//! and removed.
 
+use super::init::{self, StatusPipe};
 use crate::containment::cgroup::AttemptCgroup;
-use crate::containment::filesystem::{self, Prepared};
-use crate::containment::{network, Confinement, Credentials, Limits};
+use crate::containment::{filesystem, network, seccomp, view};
+use crate::containment::{Confinement, Credentials, FsRules, Limits};
 use crate::process::wire::LimitBreach;
 use std::io;
 use std::path::PathBuf;
@@ -15,6 +17,10 @@ pub(crate) struct Confined {
     cgroup: Option<AttemptCgroup>,
     limits: Limits,
     pub workspace: PathBuf,
+    workspace_quota: Option<u64>,
+    /// With a PID namespace: where its first process reports the
+    /// trainer's wait status.
+    status: Option<StatusPipe>,
     entry: Option<Entry>,
 }
 
@@ -23,19 +29,33 @@ pub(crate) struct Confined {
 pub(crate) struct Entry {
     join_fds: Vec<std::os::fd::RawFd>,
     isolate_network: bool,
+    view: Option<view::Prepared>,
+    /// A PID namespace without a view still gets a `/proc` of its own.
+    own_proc: bool,
+    /// With a PID namespace: the status pipe's write end.
+    init_status: Option<std::os::fd::RawFd>,
     user: Option<Credentials>,
     limits: Limits,
-    landlock: Option<Prepared>,
+    landlock: Option<FsRules>,
+    seccomp: Option<seccomp::Prepared>,
 }
 
 impl Confined {
-    /// Makes the cgroup and the ruleset. On error, nothing is left behind.
+    /// Makes the cgroup, the view's steps and the filter. On error, nothing
+    /// is left behind.
     pub(crate) fn prepare(plan: &Confinement) -> Result<Confined, String> {
-        let landlock = plan
-            .filesystem
+        let view = plan
+            .view
             .as_ref()
-            .map(filesystem::prepare)
-            .transpose()?;
+            .map(view::Prepared::new)
+            .transpose()
+            .map_err(|e| format!("cannot prepare the trainer's filesystem view: {e}"))?;
+        let seccomp = plan.seccomp.as_deref().map(seccomp::prepare).transpose()?;
+        let status = plan
+            .pid_namespace
+            .then(StatusPipe::new)
+            .transpose()
+            .map_err(|e| format!("cannot make the trainer's status pipe: {e}"))?;
         let cgroup = plan
             .cgroup
             .as_deref()
@@ -47,14 +67,20 @@ impl Confined {
                 .map(AttemptCgroup::join_fds)
                 .unwrap_or_default(),
             isolate_network: plan.isolate_network,
+            own_proc: plan.pid_namespace && view.is_none(),
+            view,
+            init_status: status.as_ref().map(StatusPipe::write_end),
             user: plan.user,
             limits: plan.limits.clone(),
-            landlock,
+            landlock: plan.filesystem.clone(),
+            seccomp,
         };
         Ok(Confined {
             cgroup,
             limits: plan.limits.clone(),
             workspace: plan.workspace.clone(),
+            workspace_quota: plan.workspace_quota,
+            status,
             entry: Some(entry),
         })
     }
@@ -64,9 +90,29 @@ impl Confined {
         self.entry.take()
     }
 
-    /// The workspace quota, if there is one.
-    pub(crate) fn disk_quota(&self) -> Option<u64> {
-        self.limits.disk
+    /// Whether the trainer gets a PID namespace: the supervisor then makes
+    /// its next child (the trainer's) the namespace's first process.
+    pub(crate) fn pid_namespace(&self) -> bool {
+        self.status.is_some()
+    }
+
+    /// Once the trainer was started: the first process of its namespace has
+    /// its own copy of the status pipe.
+    pub(crate) fn started(&mut self) {
+        if let Some(status) = self.status.as_mut() {
+            status.close_write_end();
+        }
+    }
+
+    /// With a PID namespace, the trainer's own wait status, read once the
+    /// namespace's first process has been reaped.
+    pub(crate) fn trainer_status(&self) -> Option<libc::c_int> {
+        self.status.as_ref().and_then(StatusPipe::trainer_status)
+    }
+
+    /// The size of the workspace's own filesystem, if it has one.
+    pub(crate) fn workspace_quota(&self) -> Option<u64> {
+        self.workspace_quota
     }
 
     pub(crate) fn cgroup(&self) -> Option<&AttemptCgroup> {
@@ -100,8 +146,10 @@ impl Confined {
 
 impl Entry {
     /// In the trainer, between fork and exec, while still privileged: joins
-    /// the cgroup and the network namespace, sets the resource limits and
-    /// drops to the trainer's user. Async-signal-safe: system calls only.
+    /// the cgroup, the network namespace and its filesystem view; with a
+    /// PID namespace, forks, leaving the namespace's first process behind
+    /// ([`init`]); then sets the resource limits and drops to the trainer's
+    /// user. System calls only.
     pub(crate) fn enter(&self) -> io::Result<()> {
         for &fd in &self.join_fds {
             // SAFETY: writes two bytes from a static buffer.
@@ -111,6 +159,14 @@ impl Entry {
         }
         if self.isolate_network {
             network::isolate()?;
+        }
+        if let Some(view) = &self.view {
+            view.enter()?;
+        } else if self.own_proc {
+            view::own_proc()?;
+        }
+        if let Some(status) = self.init_status {
+            init::become_init(status)?;
         }
         set_limit(libc::RLIMIT_CORE, Some(0))?;
         set_limit(libc::RLIMIT_NOFILE, self.limits.open_files)?;
@@ -130,11 +186,18 @@ impl Entry {
         Ok(())
     }
 
-    /// In the trainer, last thing before exec: the filesystem view (which
-    /// also sets `no_new_privs`).
-    pub(crate) fn restrict_filesystem(&mut self) -> io::Result<()> {
-        match self.landlock.take() {
-            Some(ruleset) => ruleset.restrict_self(),
+    /// In the trainer, last thing before exec: Landlock's rules (built
+    /// here, so that they name the view's own `/proc`), then the
+    /// system-call filter; either sets `no_new_privs`. The supervisor runs
+    /// no other thread, so allocating here is safe.
+    pub(crate) fn restrict(&mut self) -> io::Result<()> {
+        if let Some(rules) = self.landlock.take() {
+            filesystem::prepare(&rules)
+                .map_err(io::Error::other)?
+                .restrict_self()?;
+        }
+        match self.seccomp.take() {
+            Some(filter) => filter.install(),
             None => Ok(()),
         }
     }

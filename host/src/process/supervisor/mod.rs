@@ -19,7 +19,9 @@
 
 mod confine;
 mod control;
+mod init;
 mod policy;
+mod probe;
 mod spawn;
 
 use crate::process::wire::{HostMessage, LimitBreach, Report};
@@ -41,11 +43,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub use control::CONTROL_FD;
+pub use probe::PROBE_FLAG;
 pub use spawn::CONFINE_FLAG;
-
-/// Run as `trainyard-supervise --probe-network`, it checks that it can make
-/// a network namespace (the host's start-up probe) and exits.
-pub const PROBE_NETWORK_FLAG: &str = "--probe-network";
 
 /// Why the supervisor could not do its job at all.
 #[derive(Debug, thiserror::Error)]
@@ -67,17 +66,8 @@ fn setup(what: &'static str) -> impl FnOnce(Errno) -> SuperviseError {
 /// The whole program: exit status 0 once the final report is sent (or the
 /// host is gone), 2 if the supervisor could not start supervising.
 pub fn main() -> ExitCode {
-    if std::env::args_os()
-        .nth(1)
-        .is_some_and(|a| a == PROBE_NETWORK_FLAG)
-    {
-        return match crate::containment::network::isolate() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("cannot make a network namespace: {e}");
-                ExitCode::from(1)
-            }
-        };
+    if std::env::args_os().nth(1).is_some_and(|a| a == PROBE_FLAG) {
+        return probe::run(std::env::args_os().skip(2));
     }
     match run(std::env::args_os().skip(1)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -135,7 +125,16 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
     let group = trainer.group;
     trainer.signal(Signal::SIGKILL);
     let status = reap_trainer(group);
-    let breach = end_attempt(confined.as_mut(), group).or(timers.disk_breach.get());
+    // With a PID namespace the child reaped is its first process, which
+    // passed on the trainer's own status (unless it was killed first).
+    let status = confined
+        .as_ref()
+        .and_then(Confined::trainer_status)
+        .map(TrainerStatus::from_wait)
+        .or(status);
+    let breach = end_attempt(confined.as_mut(), group)
+        .or(timers.disk_breach.get())
+        .or_else(|| confined.as_ref().and_then(quota_reached));
     watched?;
     if let Some(control) = host.as_mut() {
         if let Some(breach) = breach {
@@ -163,8 +162,22 @@ fn launch(
             return Ok(None);
         }
     };
+    if confined.as_ref().is_some_and(Confined::pid_namespace) {
+        // The supervisor's next child, the trainer's, is the namespace's
+        // first process; the supervisor itself stays where it is.
+        if let Err(errno) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID) {
+            end_attempt(confined.as_mut(), Pid::from_raw(0));
+            let reason = format!("cannot make the trainer's PID namespace: {}", errno.desc());
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(None);
+        }
+    }
     let entry = confined.as_mut().and_then(Confined::take_entry);
-    let pid = match spawn::start_trainer(invocation, entry) {
+    let started = spawn::start_trainer(invocation, entry);
+    if let Some(confined) = confined.as_mut() {
+        confined.started();
+    }
+    let pid = match started {
         Ok(pid) => pid,
         Err(reason) => {
             end_attempt(confined.as_mut(), Pid::from_raw(0));
@@ -188,10 +201,18 @@ fn launch(
             return Ok(None);
         }
     };
-    if let Some(quota) = confined.as_ref().and_then(Confined::disk_quota) {
+    if let Some(quota) = confined.as_ref().and_then(Confined::workspace_quota) {
         timers.arm_disk_checks(quota)?;
     }
     Ok(Some((confined, group, trainer_exit)))
+}
+
+/// The quota breach, if the workspace's filesystem is full: a write there
+/// was refused, whatever the trainer made of it.
+fn quota_reached(confined: &Confined) -> Option<LimitBreach> {
+    let limit_bytes = confined.workspace_quota()?;
+    crate::containment::quota::full(&confined.workspace)
+        .then_some(LimitBreach::Disk { limit_bytes })
 }
 
 /// The trainer as the supervisor acts on it: its process group and, when it
@@ -379,26 +400,24 @@ impl Timers {
 
     fn arm_disk_checks(&self, quota: u64) -> Result<(), SuperviseError> {
         self.disk_quota.set(Some(quota));
-        let every = TimeSpec::from_duration(crate::containment::disk::CHECK_INTERVAL);
+        let every = TimeSpec::from_duration(crate::containment::quota::CHECK_INTERVAL);
         self.disk
             .set(Expiration::Interval(every), TimerSetTimeFlags::empty())
             .map_err(setup("arm the disk check"))
     }
 
-    /// Measures the workspace; true the first time it is over its quota.
+    /// Looks whether the workspace's filesystem is full (one `statfs`,
+    /// whatever it holds); true the first time it is.
     fn check_disk(&self, trainer: &Trainer) -> bool {
         let mut count = [0u8; 8];
         let _ = nix::unistd::read(&self.disk, &mut count);
-        let (Some(quota), Some(confined)) = (self.disk_quota.get(), trainer.confined) else {
-            return false;
-        };
-        if self.disk_breach.get().is_some()
-            || crate::containment::disk::usage(&confined.workspace, quota) <= quota
-        {
+        if self.disk_quota.get().is_none() || self.disk_breach.get().is_some() {
             return false;
         }
-        self.disk_breach
-            .set(Some(LimitBreach::Disk { limit_bytes: quota }));
+        let Some(breach) = trainer.confined.and_then(quota_reached) else {
+            return false;
+        };
+        self.disk_breach.set(Some(breach));
         true
     }
 

@@ -36,6 +36,18 @@ pub(crate) enum TrainerStatus {
     Signaled(i32),
 }
 
+impl TrainerStatus {
+    /// From a raw wait status (`waitpid`'s), as the first process of a PID
+    /// namespace passes it on.
+    pub(crate) fn from_wait(status: libc::c_int) -> TrainerStatus {
+        if libc::WIFSIGNALED(status) {
+            TrainerStatus::Signaled(libc::WTERMSIG(status))
+        } else {
+            TrainerStatus::Exited(libc::WEXITSTATUS(status))
+        }
+    }
+}
+
 /// The supervisor's state between events.
 #[derive(Debug)]
 pub(crate) struct Supervision {
@@ -125,6 +137,13 @@ mod tests {
 
     const KILL: Effect = Effect::SignalGroup(Signal::SIGKILL);
     const TERM: Effect = Effect::SignalGroup(Signal::SIGTERM);
+
+    #[test]
+    fn a_passed_on_wait_status_is_read_as_waitpid_would() {
+        assert_eq!(TrainerStatus::from_wait(3 << 8), TrainerStatus::Exited(3));
+        assert_eq!(TrainerStatus::from_wait(9), TrainerStatus::Signaled(9));
+        assert_eq!(TrainerStatus::from_wait(0), TrainerStatus::Exited(0));
+    }
 
     #[test]
     fn the_lease_passing_kills_the_group_once_and_is_reported() {

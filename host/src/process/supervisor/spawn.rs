@@ -7,6 +7,7 @@ use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -84,7 +85,11 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
     } else {
         invocation.executable.clone()
     };
-    let supervisor = nix::unistd::getpid();
+    // Readable once the supervisor has ended: how the trainer (whose parent
+    // may be its namespace's first process, and which may be that process
+    // itself, whose parent's pid it cannot see) knows the supervisor is gone.
+    let supervisor = pidfd_of_self().map_err(|e| format!("cannot watch the supervisor: {e}"))?;
+    let supervisor_fd = supervisor.as_raw_fd();
     let mut command = Command::new(&program);
     command
         .arg0(&invocation.argv0)
@@ -96,8 +101,8 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
     let mut entry = entry;
     // SAFETY: the closure runs between fork and exec and calls only
     // async-signal-safe functions (signal, sigemptyset, sigprocmask, prctl,
-    // getppid, syscall, and the system calls of `Entry`). The supervisor
-    // runs no other thread, so nothing can hold a lock the child needs.
+    // poll, syscall, and the system calls of `Entry`). The supervisor runs
+    // no other thread, so nothing can hold a lock the child needs.
     unsafe {
         command.pre_exec(move || {
             // Ignored dispositions and the signal mask survive exec: the
@@ -112,18 +117,13 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
             if libc::sigprocmask(libc::SIG_SETMASK, unblocked.as_ptr(), std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // Before the death signal: changing the user clears it.
+            tie_to_parent(supervisor_fd)?;
             if let Some(entry) = &entry {
                 entry.enter()?;
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The supervisor may have died before the prctl took effect, in
-            // which case nothing would ever kill this process.
-            if libc::getppid() != supervisor.as_raw() {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
+            // Again: changing the user cleared it, and with a PID namespace
+            // the parent is now the namespace's first process.
+            tie_to_parent(supervisor_fd)?;
             // Only stdio crosses into the trainer. Marking the rest
             // close-on-exec (rather than closing it) keeps std's own exec
             // error pipe working; kernels before 5.11 lack the call, and
@@ -135,7 +135,7 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
                 libc::CLOSE_RANGE_CLOEXEC,
             );
             match entry.as_mut() {
-                Some(entry) => entry.restrict_filesystem(),
+                Some(entry) => entry.restrict(),
                 None => Ok(()),
             }
         });
@@ -147,7 +147,41 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
             describe(&e)
         )
     })?;
+    drop(supervisor);
     Ok(child.id())
+}
+
+/// Dies with its parent; fails if the supervisor is gone already (it may
+/// have died before the death signal was set, and then nothing would ever
+/// kill this process). System calls only.
+fn tie_to_parent(supervisor: RawFd) -> io::Result<()> {
+    // SAFETY: prctl and poll on integers and a local array.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut watched = libc::pollfd {
+            fd: supervisor,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        if libc::poll(&mut watched, 1, 0) != 0 {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
+/// A pidfd of this process (close-on-exec).
+fn pidfd_of_self() -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
+    // or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// An error's text without Rust's "(os error N)" suffix.
