@@ -216,6 +216,10 @@ open("verdict.txt", "w").write(json.dumps(verdict))
         "cgroup v",
         "landlock abi",
         "network namespace",
+        "mount namespace",
+        "pid namespace",
+        "disk quota",
+        "seccomp",
         "user nobody",
     ] {
         assert!(layers.contains(layer), "{layer} missing from {layers}");
@@ -479,4 +483,364 @@ open("verdict.txt", "w").write(json.dumps(verdict))
             "{v}"
         );
     }
+}
+
+/// A Unix socket service of the test's own, run as another user (`daemon`)
+/// in a directory under `/run`, where machines keep their services'
+/// sockets: two sockets every user may connect to, and a log of the
+/// connections it accepted on each.
+struct SocketService {
+    dir: PathBuf,
+    server: std::process::Child,
+}
+
+impl SocketService {
+    async fn start() -> SocketService {
+        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
+        let dir = PathBuf::from(format!("/run/trainyard-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&dir, Some(1), Some(1)).unwrap();
+        let script = r#"
+import os, select, socket, sys
+os.chdir(sys.argv[1])
+listeners = {}
+for name in ["granted", "other"]:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(name + ".sock")
+    os.chmod(name + ".sock", 0o777)
+    s.listen()
+    listeners[s] = name
+open("ready", "w").close()
+while True:
+    for s in select.select(list(listeners), [], [])[0]:
+        conn, _ = s.accept()
+        with open("accepted.log", "a") as log:
+            log.write(listeners[s] + "\n")
+        conn.close()
+"#;
+        let server = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", script])
+            .arg(&dir)
+            .uid(1)
+            .gid(1)
+            .spawn()
+            .expect("python3 as the daemon user");
+        let until = Instant::now() + LONG;
+        while !dir.join("ready").exists() {
+            assert!(Instant::now() < until, "the socket service did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        SocketService { dir, server }
+    }
+
+    fn socket(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.sock"))
+    }
+
+    fn accepted(&self) -> String {
+        std::fs::read_to_string(self.dir.join("accepted.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for SocketService {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_connects_to_no_unix_socket_but_the_one_its_adapter_was_granted() {
+    let service = SocketService::start().await;
+    let mut c = TestCluster::prepare(setup()).await;
+    for entry in &mut c.cluster.settings.host.adapters {
+        entry.sockets.push(service.socket("granted"));
+    }
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    let script = format!(
+        r#"
+import json, os, socket
+def connect(path):
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(path)
+        s.close()
+        return "allowed"
+    except OSError as e:
+        return "blocked: " + e.__class__.__name__
+verdict = {{
+    "granted": connect({granted:?}),
+    "other": connect({other:?}),
+    "postgresql": connect("/run/postgresql/.s.PGSQL.5432"),
+    "mariadb": connect("/run/mysqld/mysqld.sock"),
+    "service_directories": [d for d in ["/run/postgresql", "/run/mysqld", "/var/run"] if os.path.exists(d)],
+}}
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#,
+        granted = service.socket("granted"),
+        other = service.socket("other"),
+    );
+    let id = run_script(&c, &script).await;
+    let v = verdict(&c.wait_for_status(id, TaskStatus::Completed, LONG).await);
+    assert_eq!(v["granted"], "allowed", "{v}");
+    for socket in ["other", "postgresql", "mariadb"] {
+        let outcome = v[socket].as_str().unwrap_or_default();
+        assert!(outcome.starts_with("blocked"), "{socket}: {outcome} ({v})");
+    }
+    // The machine's service directories are not in the view at all.
+    assert_eq!(v["service_directories"], json!([]), "{v}");
+    assert_eq!(service.accepted(), "granted\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_sees_its_own_processes_and_no_other() {
+    let c = TestCluster::start(setup(), 1).await;
+    let other = run_script(&c, "import time\ntime.sleep(600) # other-attempt-marker").await;
+    c.wait_for_status(other, TaskStatus::Running, LONG).await;
+    let script = r#"
+import json, os
+seen = {}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            seen[pid] = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError as e:
+            seen[pid] = "unreadable: " + e.__class__.__name__
+open("verdict.txt", "w").write(json.dumps({"own": os.getpid(), "seen": seen}))
+"#;
+    let id = run_script(&c, script).await;
+    let v = verdict(&c.wait_for_status(id, TaskStatus::Completed, LONG).await);
+    let seen = v["seen"].as_object().expect("seen");
+    // Only itself: not the host, its supervisor, the master, the other
+    // attempt, nor the machine's services.
+    assert_eq!(seen.len(), 1, "{v}");
+    let own = v["own"].to_string();
+    assert!(seen.contains_key(&own), "{v}");
+    c.client().cancel(other).await.expect("cancel");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_past_the_quota_fails_at_once_and_the_attempt_names_the_quota() {
+    let c = TestCluster::start(setup(), 1).await;
+    let script = r#"
+import json, os, sys, time
+written, error = 0, None
+try:
+    for i in range(400):
+        with open(f"fill-{i}", "wb") as f:
+            f.write(b"x" * (1 << 20))
+        written += 1 << 20
+except OSError as e:
+    error = e.errno
+fs = os.statvfs(".")
+print(json.dumps({"errno": error, "written": written, "size": fs.f_blocks * fs.f_frsize}), file=sys.stderr, flush=True)
+time.sleep(600)
+"#;
+    let id = run_script(&c, script).await;
+    let workspace = c.cluster.dir.join("work/host-1").join(format!("{id}-1"));
+    let quota = 32u64 << 20;
+    // Whatever the moment, the workspace holds no more than its quota.
+    let until = Instant::now() + LONG;
+    let done = loop {
+        if let Ok(fs) = nix::sys::statvfs::statvfs(&workspace) {
+            let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
+            assert!(used <= quota, "{used} bytes in the workspace, over {quota}");
+        }
+        let detail = c.client().task(id).await.expect("task");
+        if detail.task.status == TaskStatus::Failed {
+            break detail;
+        }
+        assert!(
+            Instant::now() < until,
+            "the attempt did not fail: {detail:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let error = done.task.error.clone().unwrap_or_default();
+    assert!(error.contains("disk quota 32 MiB exceeded"), "{error}");
+    // The trainer's own account, in its logs (which may reach the master
+    // after the attempt's report).
+    let said = loop {
+        let page = c
+            .client()
+            .logs(id, trainyard::client::LogQuery::default())
+            .await
+            .expect("logs");
+        let said = page
+            .lines
+            .iter()
+            .find_map(|l| serde_json::from_str::<serde_json::Value>(&l.text).ok());
+        if let Some(said) = said {
+            break said;
+        }
+        assert!(
+            Instant::now() < until,
+            "the trainer's report is missing: {:?}",
+            page.lines
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        said["errno"],
+        libc::ENOSPC,
+        "the write past the quota was refused: {said}"
+    );
+    assert_eq!(said["size"], quota, "{said}");
+    assert!(said["written"].as_u64().unwrap() <= quota, "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forbidden_system_calls_are_refused_unless_the_adapter_allows_them() {
+    let mut c = TestCluster::prepare(setup()).await;
+    for entry in &mut c.cluster.settings.host.adapters {
+        entry.allow_syscalls.push("keyctl".into());
+    }
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    let script = r#"
+import ctypes, json, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(result):
+    return 0 if result >= 0 else ctypes.get_errno()
+CLONE_NEWUSER = 0x10000000
+SYS_bpf, SYS_keyctl = 321, 250
+KEYCTL_GET_KEYRING_ID, KEY_SPEC_PROCESS_KEYRING = 0, -2
+ran = []
+thread = threading.Thread(target=lambda: ran.append(True))
+thread.start()
+thread.join()
+verdict = {
+    "user_namespace": errno_of(libc.unshare(CLONE_NEWUSER)),
+    "bpf": errno_of(libc.syscall(SYS_bpf, 0, 0, 0)),
+    "keyctl": errno_of(libc.syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_PROCESS_KEYRING, 1)),
+    "threads": ran == [True],
+}
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#;
+    let id = run_script(&c, script).await;
+    let v = verdict(&c.wait_for_status(id, TaskStatus::Completed, LONG).await);
+    assert_eq!(v["user_namespace"], libc::EPERM, "{v}");
+    assert_eq!(v["bpf"], libc::EPERM, "{v}");
+    // Allowed by the adapter's entry: the kernel answers for itself.
+    assert_eq!(v["keyctl"], 0, "{v}");
+    // Threads start (through clone3's fallback to clone).
+    assert_eq!(v["threads"], true, "{v}");
+}
+
+/// The CPU time (user and system, in clock ticks) `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the name.
+    fields
+        .get(11)
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0)
+        + fields
+            .get(12)
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(0)
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_workspace_of_a_hundred_thousand_files_costs_the_host_nothing() {
+    let c = TestCluster::start(setup(), 1).await;
+    let script = r#"
+import os, time
+for i in range(100_000):
+    open(f"f{i}", "w").close()
+open("made", "w").close()
+time.sleep(600)
+"#;
+    let id = run_script(&c, script).await;
+    let workspace = c.cluster.dir.join("work/host-1").join(format!("{id}-1"));
+    let until = Instant::now() + LONG;
+    while !workspace.join("made").exists() {
+        assert!(Instant::now() < until, "the trainer did not make its files");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let cgroup = cgroup_dir(&c, "host-1", id, 1);
+    // The supervisor: the parent of the attempt's first process, outside
+    // its cgroup.
+    let inside = wait_for_members(&cgroup, 1).await;
+    let supervisor = inside
+        .iter()
+        .filter_map(|&p| parent_of(p))
+        .find(|p| !inside.contains(p))
+        .expect("the supervisor");
+    let host = c.hosts[0].pid().expect("host running");
+    let (supervisor_before, host_before) = (cpu_ticks(supervisor), cpu_ticks(host));
+    // A window of several quota checks; nothing of the host may walk the
+    // workspace meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let supervisor_used = cpu_ticks(supervisor) - supervisor_before;
+    let host_used = cpu_ticks(host) - host_before;
+    assert!(
+        supervisor_used <= 2,
+        "the supervisor used {supervisor_used} ticks of CPU in 3 s over a workspace of 100,000 files"
+    );
+    assert!(
+        host_used <= 50,
+        "the host used {host_used} ticks of CPU in 3 s"
+    );
+    c.client().cancel(id).await.expect("cancel");
+    c.wait_for_status(id, TaskStatus::Cancelled, LONG).await;
+}
+
+/// Whether the cgroup `relative` exists in any hierarchy.
+fn cgroup_exists(relative: &str) -> bool {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .map(|hierarchies| {
+            hierarchies
+                .flatten()
+                .any(|h| h.path().join(relative).exists())
+        })
+        .unwrap_or(false)
+        || Path::new("/sys/fs/cgroup").join(relative).exists()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_host_leaves_no_cgroup_behind() {
+    let mut c = TestCluster::start(setup(), 1).await;
+    let done = run_script(&c, "print('done')").await;
+    c.wait_for_status(done, TaskStatus::Completed, LONG).await;
+    let running = run_script(&c, &survivor_script(600)).await;
+    let cgroup = cgroup_dir(&c, "host-1", running, 1);
+    wait_for_members(&cgroup, 2).await;
+    let host_dir = format!(
+        "{}/host-1",
+        c.cluster.settings.host.containment.cgroup_parent
+    );
+    assert!(cgroup_exists(&host_dir));
+    c.hosts[0].stop(LONG);
+    assert!(
+        !cgroup_exists(&host_dir),
+        "{host_dir} is left in a hierarchy after the host stopped:\n{}",
+        c.log("host-1")
+    );
 }
