@@ -825,7 +825,7 @@ fn cgroup_exists(relative: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stopped_host_leaves_no_cgroup_behind() {
+async fn a_stopped_or_killed_host_leaves_no_cgroup_behind() {
     let mut c = TestCluster::start(setup(), 1).await;
     let done = run_script(&c, "print('done')").await;
     c.wait_for_status(done, TaskStatus::Completed, LONG).await;
@@ -843,4 +843,23 @@ async fn a_stopped_host_leaves_no_cgroup_behind() {
         "{host_dir} is left in a hierarchy after the host stopped:\n{}",
         c.log("host-1")
     );
+
+    // A host killed outright cannot clean up: its attempts' supervisors,
+    // which end them, remove its directory once the last one is empty.
+    c.start_host("host-1");
+    c.wait_for_hosts(1).await;
+    let running = run_script(&c, &survivor_script(600)).await;
+    let detail = c.wait_for_status(running, TaskStatus::Running, LONG).await;
+    let cgroup = cgroup_dir(&c, "host-1", running, detail.task.attempt);
+    let pids = wait_for_members(&cgroup, 2).await;
+    c.hosts[1].kill();
+    wait_for_nothing_left(&cgroup, &pids, "after the host was killed").await;
+    let until = Instant::now() + LONG;
+    while cgroup_exists(&host_dir) {
+        assert!(
+            Instant::now() < until,
+            "{host_dir} is left in a hierarchy after the host was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

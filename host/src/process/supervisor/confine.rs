@@ -15,6 +15,8 @@ use std::path::PathBuf;
 /// A confinement ready for the trainer to enter.
 pub(crate) struct Confined {
     cgroup: Option<AttemptCgroup>,
+    /// The cgroup's path under each hierarchy's root.
+    cgroup_path: Option<String>,
     limits: Limits,
     pub workspace: PathBuf,
     workspace_quota: Option<u64>,
@@ -77,6 +79,7 @@ impl Confined {
         };
         Ok(Confined {
             cgroup,
+            cgroup_path: plan.cgroup.clone(),
             limits: plan.limits.clone(),
             workspace: plan.workspace.clone(),
             workspace_quota: plan.workspace_quota,
@@ -117,6 +120,20 @@ impl Confined {
 
     pub(crate) fn cgroup(&self) -> Option<&AttemptCgroup> {
         self.cgroup.as_ref()
+    }
+
+    /// Once the attempt's cgroup is gone, when the host died meanwhile:
+    /// the host's own cgroup directory, if nothing is left in it — no
+    /// host will remove it now (a restarted one clears it at start).
+    pub(crate) fn release_host_directory(&self) {
+        let host_dir = self
+            .cgroup_path
+            .as_deref()
+            .and_then(|path| path.rsplit_once('/'))
+            .map(|(host_dir, _)| host_dir);
+        if let Some(host_dir) = host_dir {
+            crate::containment::cgroup::remove_empty_tree(host_dir);
+        }
     }
 
     /// After the trainer ended: kills every process left in its cgroup,

@@ -80,6 +80,8 @@ pub fn main() -> ExitCode {
 
 fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseError> {
     let invocation = Invocation::parse(args)?;
+    // The host: once this process has another parent, the host has died.
+    let host_process = nix::unistd::getppid();
     let mut control = ControlSocket::from_stdin()?;
     let term = take_over_signals()?;
     let lease = match control.read_first()? {
@@ -135,6 +137,11 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
     let breach = end_attempt(confined.as_mut(), group)
         .or(timers.disk_breach.get())
         .or_else(|| confined.as_ref().and_then(quota_reached));
+    if nix::unistd::getppid() != host_process {
+        if let Some(confined) = confined.as_ref() {
+            confined.release_host_directory();
+        }
+    }
     watched?;
     if let Some(control) = host.as_mut() {
         if let Some(breach) = breach {
