@@ -103,7 +103,7 @@ fn describe_breach(breach: LimitBreach) -> String {
             memory_text(limit_bytes)
         ),
         LimitBreach::Disk { limit_bytes } => format!(
-            "disk quota {} exceeded: the workspace grew past it and the trainer was stopped",
+            "disk quota {} exceeded: the workspace is full, a write past it was refused",
             memory_text(limit_bytes)
         ),
     }
