@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use common::{read_trace, serial, traced, trainer_alive, trainer_pids, Setup, TestCluster};
+use common::{read_trace, serial, traced, trainer_alive, Setup, TestCluster};
 use serde_json::{json, Value};
 use std::time::Duration;
 use trainyard_master::model::TaskStatus;
@@ -260,7 +260,7 @@ async fn a_cancelled_task_has_its_trainer_stopped_and_ends_cancelled() {
         .await;
     c.wait_for(id, LONG, "progress", |d| d.task.progress.is_some())
         .await;
-    let pids = trainer_pids(&read_trace(&c.trace("trace.jsonl")), 1);
+    let pids = c.running_trainers(&read_trace(&c.trace("trace.jsonl")), 1);
     assert_eq!(pids.len(), 1, "one trainer process traced its start");
     let answer = c.client().cancel(id).await.unwrap();
     assert_eq!(answer["cancel_requested"], true, "{answer}");

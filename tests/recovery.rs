@@ -360,7 +360,7 @@ async fn a_frozen_host_wakes_up_to_find_its_attempt_stopped_and_its_late_report_
         .await;
     c.start_host("host-2");
     c.wait_for_hosts(2).await;
-    let first = trainer_pids(&read_trace(&trace), 1);
+    let first = c.running_trainers(&read_trace(&trace), 1);
     assert_eq!(first.len(), 1, "attempt 1's trainer traced its start");
     c.host("host-1").pause();
 
@@ -520,7 +520,7 @@ async fn a_cut_off_host_stops_its_trainer_before_the_lease_expires(cut_off: &str
         d.task.status == TaskStatus::Running && d.task.progress.is_some()
     })
     .await;
-    let pids = trainer_pids(&read_trace(&trace), 1);
+    let pids = c.running_trainers(&read_trace(&trace), 1);
     let cut_at = unix_now();
     match cut_off {
         "redis" => c.redis.kill(),

@@ -358,6 +358,41 @@ impl TestCluster {
         }
     }
 
+    /// The host's pids of the running trainers of `attempt` that wrote
+    /// `events`. A trainer runs in a PID namespace of its own, so the pid it
+    /// writes is its namespace's: it is found among this cluster's trainer
+    /// processes (their environment names its trace directory, their working
+    /// directory is an attempt's workspace) by the last pid of their `NSpid`.
+    pub fn running_trainers(&self, events: &[TraceEvent], attempt: u32) -> Vec<u32> {
+        let inner = trainer_pids(events, attempt);
+        let trace_dir = format!("{TRACE_DIR_VAR}={}", self.trace_dir.display());
+        let mut found: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("/proc")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| trainer_alive(*pid))
+            .filter(|pid| {
+                let proc = PathBuf::from(format!("/proc/{pid}"));
+                let environ = std::fs::read(proc.join("environ")).unwrap_or_default();
+                let in_cluster = environ
+                    .split(|b| *b == 0)
+                    .any(|v| v == trace_dir.as_bytes());
+                let of_attempt = std::fs::read_link(proc.join("cwd")).is_ok_and(|cwd| {
+                    cwd.file_name()
+                        .is_some_and(|n| n.to_string_lossy().ends_with(&format!("-{attempt}")))
+                });
+                let namespace_pid = std::fs::read_to_string(proc.join("status"))
+                    .unwrap_or_default()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .and_then(|pids| pids.split_whitespace().last()?.parse::<u32>().ok());
+                in_cluster && of_attempt && namespace_pid.is_some_and(|p| inner.contains(&p))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
     pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.redis.url())
             .unwrap()
