@@ -45,9 +45,9 @@ pub struct ViewPlan {
     pub workspace: PathBuf,
 }
 
-/// The view of one trainer: `read_only`, `read_write` (the workspace first)
-/// and `sockets` at their own paths; paths under `/dev` as devices; `/proc`
-/// left out (each view mounts its own).
+/// The view of one trainer: `read_only`, `read_write` (the workspace among
+/// them) and `sockets` at their own paths; paths under `/dev` as devices;
+/// `/proc` left out (each view mounts its own).
 pub fn plan(
     root: &Path,
     workspace: &Path,
