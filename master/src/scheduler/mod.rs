@@ -311,7 +311,9 @@ pub struct SchedulerConfig {
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost
 /// its data (its epoch key changed or vanished) missing leases prove nothing
-/// until hosts have had a full lease TTL to write them again.
+/// until hosts have had a full lease TTL and a heartbeat to write them
+/// again — a window that starts in Redis with the new epoch, so it also
+/// binds a master that starts inside it.
 struct Epoch {
     known: Option<String>,
     distrust_until: Option<Instant>,
