@@ -23,6 +23,7 @@ mod identity;
 mod logs;
 mod metrics;
 mod operability;
+mod output_stored;
 mod placement;
 mod progress_history;
 mod python_adapter;

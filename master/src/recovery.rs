@@ -545,6 +545,7 @@ mod tests {
             assignment: Default::default(),
             duration_ms: 5,
             finished_at_ms: 0,
+            progress: None,
         }
     }
 

@@ -196,15 +196,24 @@ impl Scheduler {
         let now = Instant::now();
         let grace = self.config.timers.report_resend_interval;
         let mut left = HashMap::new();
+        let mut taken = vec![];
         for report in snapshot.reports {
             let connected = self.state.hosts.contains_key(&report.host);
             let seen = self.reports_left.get(&report.attempt).copied();
             let waited = seen.map(|at| now.duration_since(at));
             if recovery::take_redis_report(connected, waited, grace) {
-                self.report(report, None, cycle);
+                taken.push(report);
             } else {
                 left.insert(report.attempt, seen.unwrap_or(now));
             }
+        }
+        if !taken.is_empty() {
+            // The lines its host shipped before its connection ended are
+            // stored before a report ends its task.
+            self.logs.sync().await;
+        }
+        for report in taken {
+            self.report(report, None, cycle);
         }
         self.reports_left = left;
         if !snapshot.dangling.is_empty() || !snapshot.garbage.is_empty() {
