@@ -110,7 +110,7 @@ impl Store {
         }
         let what = "store progress points";
         let mut tx = self.write_tx(what).await?;
-        insert(&mut *tx, self.backend, points).await?;
+        insert(&mut tx, self.backend, points).await?;
         tx.commit().await.map_err(StoreError::db(what))
     }
 
