@@ -70,7 +70,10 @@ async fn everything_is_stored_when_submit_wait_returns(backend: &'static str) {
             "task {id}: the trainer's lines when --wait returned:\n{logs}\n{}",
             c.all_logs()
         );
-        assert!(trainer[STDOUT_LINES - 1].contains("\"type\":\"result\""), "{logs}");
+        assert!(
+            trainer[STDOUT_LINES - 1].contains("\"type\":\"result\""),
+            "{logs}"
+        );
         assert_eq!(
             points.len(),
             PROGRESS_POINTS,

@@ -364,8 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn a_master_that_starts_inside_the_window_redis_keeps_trusts_no_missing_lease_until_it_ends(
-    ) {
+    fn a_master_that_starts_inside_the_window_redis_keeps_trusts_no_missing_lease_until_it_ends() {
         let now = Instant::now();
         let wait = Duration::from_secs(130);
         let left = Duration::from_secs(100);
@@ -386,7 +385,14 @@ mod tests {
             Some(now + wait)
         );
         assert_eq!(
-            leases_distrusted_until(now + wait, Some(now + wait), EpochChange::Kept, None, true, wait),
+            leases_distrusted_until(
+                now + wait,
+                Some(now + wait),
+                EpochChange::Kept,
+                None,
+                true,
+                wait
+            ),
             None
         );
     }

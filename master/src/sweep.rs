@@ -430,7 +430,10 @@ mod tests {
         let grace = Duration::from_secs(60);
         let written = ensure_epoch(&mut con, &keys, Some(grace)).await.unwrap();
         let left = written.grace_left.expect("the window started");
-        assert!(left > grace - Duration::from_secs(5) && left <= grace, "{left:?}");
+        assert!(
+            left > grace - Duration::from_secs(5) && left <= grace,
+            "{left:?}"
+        );
 
         // Another master, knowing nothing of this one, reads the same
         // window: from the snapshot of a sweep, or at start.
@@ -454,7 +457,10 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        assert!(over.epoch.is_some() && over.grace_left.is_none(), "{over:?}");
+        assert!(
+            over.epoch.is_some() && over.grace_left.is_none(),
+            "{over:?}"
+        );
     }
 
     #[tokio::test]
