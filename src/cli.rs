@@ -49,6 +49,8 @@ pub enum Command {
     Cancel(commands::cancel::CancelArgs),
     /// Print a task's trainer and adapter output (-f follows it until the task ends)
     Logs(commands::logs::LogsArgs),
+    /// Print a task's stored progress curve, running or finished (a table, --csv or --json)
+    Progress(commands::progress::ProgressArgs),
     /// Create a sweep (a search over parameters and seeds), or show or cancel one
     Sweep(commands::sweep::SweepArgs),
     /// List sweeps

@@ -73,6 +73,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Health(args) => commands::health::run(&client()?, args).await?,
         Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
         Command::Logs(args) => commands::logs::run(&client()?, args).await?,
+        Command::Progress(args) => commands::progress::run(&client()?, args).await?,
         Command::Sweep(args) => commands::sweep::run(&client()?, args).await?,
         Command::Sweeps(args) => commands::sweeps::run(&client()?, args).await?,
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,

@@ -10,6 +10,7 @@ mod adapter_new;
 mod adapter_run;
 mod cartpole;
 mod chaos;
+mod cli;
 mod configuration;
 mod containment;
 mod dashboard;
