@@ -129,7 +129,7 @@ fn configure(
     let s = &mut cluster.settings;
     s.redis_key_prefix = format!("dev-{}:", std::process::id());
     s.host.slots = args.slots;
-    s.host.adapter_cache_dir = tools.host.cache_dir.clone();
+    s.host.adapter_cache_dir = tools.host.adapter_cache_dir.clone();
     let programs: Vec<&str> = programs.iter().map(String::as_str).collect();
     let mut entry = AdapterEntry::new(file, &programs);
     if let Some(path) = &args.requirements {

@@ -44,7 +44,7 @@ impl Demo {
             .current_dir(dir)
             .env("TRAINYARD_REDIS_URL", &redis_url)
             // What the adapter tools compile: a cache of the suite's own.
-            .env("XDG_CACHE_HOME", xdg_cache())
+            .env("XDG_CACHE_HOME", crate::common::user_cache_home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -110,15 +110,6 @@ impl Demo {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-}
-
-/// The user cache directory of the commands these tests run:
-/// `target/test-xdg-cache`, so what they compile is compiled once a run
-/// and nothing goes to the home directory of whoever runs the suite.
-fn xdg_cache() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-xdg-cache");
-    std::fs::create_dir_all(&dir).expect("the tests' cache directory");
-    dir
 }
 
 /// The tasks the master at `url` lists.

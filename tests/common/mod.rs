@@ -57,6 +57,16 @@ pub fn adapter(name: &str) -> PathBuf {
     path
 }
 
+/// The user cache directory (`XDG_CACHE_HOME`) of the adapter author's
+/// commands the tests run (`adapter check`, `adapter run`, `dev`), which
+/// compile into it: `target/test-user-cache`, so each adapter is compiled
+/// once a run and nothing goes to the home of whoever runs the suite.
+pub fn user_cache_home() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-user-cache");
+    std::fs::create_dir_all(&dir).expect("the tests' user cache directory");
+    dir
+}
+
 pub fn binaries() -> Binaries {
     Binaries::at(env!("CARGO_BIN_EXE_trainyard"))
         .expect("trainyard binaries (make test builds them)")
