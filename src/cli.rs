@@ -49,6 +49,8 @@ pub enum Command {
     Cancel(commands::cancel::CancelArgs),
     /// Print a task's trainer and adapter output (-f follows it until the task ends)
     Logs(commands::logs::LogsArgs),
+    /// Print a task's stored progress curve, running or finished (a table, --csv or --json)
+    Progress(commands::progress::ProgressArgs),
     /// Create a sweep (a search over parameters and seeds), or show or cancel one
     Sweep(commands::sweep::SweepArgs),
     /// List sweeps
@@ -57,6 +59,8 @@ pub enum Command {
     Watch(commands::watch::WatchArgs),
     /// Run the demo: a master, two hosts and several training tasks on the embedded defaults
     Demo(DemoArgs),
+    /// Run a local cluster around one adapter (Redis, a master, a host carrying it) until Ctrl-C
+    Dev(crate::dev::DevArgs),
     /// Print a fresh random value for cluster.secret or api.token
     Secret,
     /// Make a development CA and TLS certificates for a master and hosts
@@ -148,7 +152,7 @@ impl Command {
     /// cluster) rather than printing an answer and exiting.
     pub fn runs_processes(&self) -> bool {
         match self {
-            Command::Master(_) | Command::Host(_) | Command::Demo(_) => true,
+            Command::Master(_) | Command::Host(_) | Command::Demo(_) | Command::Dev(_) => true,
             Command::Adapter(a) => a.command.runs_processes(),
             _ => false,
         }

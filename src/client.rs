@@ -17,10 +17,12 @@ mod error;
 mod events;
 pub mod failover;
 mod logs;
+mod progress;
 
 pub use error::{error_message, ClientError};
 pub use events::{StreamEvent, TaskEvent};
 pub use logs::{LogEvent, LogLine, LogPage, LogQuery};
+pub use progress::{ProgressPage, ProgressPoint};
 
 use eventsource_stream::Eventsource;
 use failover::{MasterUrl, Verdict};
@@ -389,6 +391,27 @@ impl ApiClient {
             })
             .filter_map(std::future::ready);
         Ok(events)
+    }
+
+    /// A page of a task's stored progress points, after the point id
+    /// `after` (from the first when `None`), at most `limit` (the master's
+    /// most when `None`).
+    pub async fn progress(
+        &self,
+        id: u64,
+        after: Option<i64>,
+        limit: Option<u32>,
+    ) -> Result<ProgressPage, ClientError> {
+        let path = format!("v1/tasks/{id}/progress");
+        let mut query = vec![];
+        if let Some(a) = after {
+            query.push(("after", a.to_string()));
+        }
+        if let Some(l) = limit {
+            query.push(("limit", l.to_string()));
+        }
+        let request = self.request(Method::GET, &path)?.query(&query);
+        self.call(request, &format!("GET /{path}")).await
     }
 
     /// A task's captured lines (`GET /v1/tasks/{id}/logs`).

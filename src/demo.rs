@@ -13,6 +13,7 @@ use crate::cli::DemoArgs;
 use crate::client::{ApiClient, StreamEvent};
 use crate::cluster::{Binaries, Cluster, Process};
 use crate::commands::table::{render_final_table, FinalRow};
+use crate::redis_server::RedisServer;
 use anyhow::bail;
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -46,20 +47,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     let name = run_name(unix_seconds(), std::process::id());
     let dir = PathBuf::from("data").join(&name);
-    let (redis_url, _redis) = match std::env::var("TRAINYARD_REDIS_URL") {
-        Ok(url) if !url.is_empty() => {
-            println!("Using Redis at {url} (TRAINYARD_REDIS_URL)");
-            (url, None)
-        }
-        _ => {
-            if which("redis-server").is_none() {
-                bail!("redis-server is not installed: install the Debian package `redis-server`, or set TRAINYARD_REDIS_URL");
-            }
-            let server = crate::redis_server::RedisServer::try_start()?;
-            println!("Started a private redis-server on port {}", server.port());
-            (server.url(), Some(server))
-        }
-    };
+    let (redis_url, _redis) = local_redis()?;
     std::fs::create_dir_all(&dir)?;
     let db = dir.canonicalize()?.join("trainyard.db");
     let database_url = format!("sqlite://{}", db.display());
@@ -245,6 +233,24 @@ async fn drive(
     Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
 }
 
+/// The Redis of a cluster on this machine (the demo, `trainyard dev`): the
+/// one `TRAINYARD_REDIS_URL` names, else a private server started here
+/// (returned, so it lives as long as the cluster). Says which on stdout.
+pub(crate) fn local_redis() -> anyhow::Result<(String, Option<RedisServer>)> {
+    match std::env::var("TRAINYARD_REDIS_URL") {
+        Ok(url) if !url.is_empty() => {
+            println!("Using Redis at {url} (TRAINYARD_REDIS_URL)");
+            Ok((url, None))
+        }
+        _ => {
+            let server = RedisServer::try_start()
+                .map_err(|e| anyhow::anyhow!("{e}; or set TRAINYARD_REDIS_URL"))?;
+            println!("Started a private redis-server on port {}", server.port());
+            Ok((server.url(), Some(server)))
+        }
+    }
+}
+
 /// Adds the CartPole adapter to the hosts, its entry asking for the
 /// trainer's requirements: each host builds the Python environment with the
 /// uv of `make python-tools` (from the package index, once, into its cache)
@@ -270,7 +276,7 @@ fn provide_cartpole_python(cluster: &mut Cluster, adapter: &Path) -> anyhow::Res
 }
 
 /// Where the master serves its dashboard: the API's address.
-fn dashboard_url(cluster: &Cluster) -> String {
+pub(crate) fn dashboard_url(cluster: &Cluster) -> String {
     format!("{}/", cluster.settings.api.url.trim_end_matches('/'))
 }
 
@@ -282,7 +288,7 @@ async fn refresh(client: &ApiClient, status: &mut HashMap<u64, TaskStatus>) {
     }
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(program))

@@ -17,7 +17,8 @@
 //! - [`cluster`]: starting real master and host processes (the demo,
 //!   benchmarks and tests use it); [`redis_server`]: a private
 //!   `redis-server` for the demo (and the tests).
-//! - [`demo`]: `trainyard demo`.
+//! - [`demo`]: `trainyard demo`; [`dev`]: `trainyard dev`, a local cluster
+//!   around one adapter.
 //! - [`logging`]: tracing set-up.
 
 pub mod certs;
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod commands;
 pub mod data_dir;
 pub mod demo;
+pub mod dev;
 pub mod logging;
 pub mod redis_server;
 pub mod roles;
@@ -73,10 +75,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Health(args) => commands::health::run(&client()?, args).await?,
         Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
         Command::Logs(args) => commands::logs::run(&client()?, args).await?,
+        Command::Progress(args) => commands::progress::run(&client()?, args).await?,
         Command::Sweep(args) => commands::sweep::run(&client()?, args).await?,
         Command::Sweeps(args) => commands::sweeps::run(&client()?, args).await?,
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,
         Command::Demo(args) => return demo::run(args).await,
+        Command::Dev(args) => return dev::run(&settings, &source, args).await,
         Command::Secret => println!("{}", trainyard_proto::auth::ClusterSecret::generate_hex()),
         Command::Certs(args) => {
             let report = certs::write(&certs::Request {

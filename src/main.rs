@@ -21,12 +21,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let logs_its_errors = cli.command.runs_processes();
     match runtime.block_on(trainyard::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            // `{:#}` prints the whole chain of causes on one line.
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
+            // Once, with the whole chain of causes on one line (`{:#}`): a
+            // master or host says it in its log, whose lines go to stderr
+            // too; any other command says it as its answer.
+            if logs_its_errors {
+                tracing::error!("{e:#}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -15,6 +15,7 @@ fn check(adapter: &std::path::Path, args: &[&str]) -> Output {
         .args(["adapter", "check"])
         .arg(adapter)
         .args(args)
+        .env("XDG_CACHE_HOME", common::user_cache_home())
         .output()
         .expect("run trainyard adapter check")
 }

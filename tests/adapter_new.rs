@@ -1,7 +1,10 @@
 //! A new adapter author's path, as the guide walks it: `trainyard adapter
-//! new` makes a project outside the repository, one command builds it, the
-//! conformance suite passes, one local attempt succeeds, and a cluster
-//! whose host loads the component runs a submitted task to COMPLETED.
+//! new` makes a project outside the repository, one command builds it, its
+//! own unit tests pass, the conformance suite passes (the params schema
+//! included), one local attempt succeeds, nothing compiled lands in the
+//! project, and a cluster whose host loads the component runs a submitted
+//! task to COMPLETED and refuses bad params. Without a trainyard on PATH,
+//! `make check` says how to name one.
 
 // `serial()` holds a std mutex across each whole test on purpose: the
 // multi-process tests take the machine's ports and CPU one at a time.
@@ -60,6 +63,7 @@ fn make_with(project: &Path, goal: &str, vars: &[String]) -> String {
         .env_remove("MAKELEVEL")
         .env("CARGO_TARGET_DIR", &target)
         .env("TRAINYARD", trainyard())
+        .env("XDG_CACHE_HOME", project.join("../user-cache"))
         .output()
         .expect("run make (install the Debian package make)");
     assert!(
@@ -253,9 +257,27 @@ async fn a_new_python_adapter_builds_checks_runs_and_completes_a_task_on_a_clust
     assert!(project.join("app.py").is_file() && project.join("wit/adapter.wit").is_file());
     let tool = componentize_py();
     make_with(&project, "all", std::slice::from_ref(&tool));
-    assert!(make_with(&project, "check", std::slice::from_ref(&tool)).contains("passed"));
+    // Its own unit tests pass as generated, with plain python3.
+    make_with(&project, "test", &[]);
+    let checked = make_with(&project, "check", std::slice::from_ref(&tool));
+    assert!(
+        checked.contains("passed") && checked.contains("metadata/params-schema"),
+        "{checked}"
+    );
     let ran = make_with(&project, "run", std::slice::from_ref(&tool));
     assert!(ran.contains("best_return"), "{ran}");
+    // What check and run compiled is in the user's cache, not the project.
+    let project_files = files_under(&project);
+    assert!(
+        !project_files
+            .iter()
+            .any(|p| p.starts_with(project.join("data"))),
+        "the tools wrote into the project: {project_files:?}"
+    );
+    assert!(
+        !files_under(&root.path().join("user-cache")).is_empty(),
+        "nothing was cached in the user's cache directory"
+    );
 
     let component = project.join(format!("dist/{name}.wasm"));
     // componentize-py's output differs from build to build: compiled in a
@@ -272,4 +294,70 @@ async fn a_new_python_adapter_builds_checks_runs_and_completes_a_task_on_a_clust
         done.task.progress.as_ref().and_then(|p| p.episode),
         Some(10)
     );
+    // Its params schema: bad params are refused at submit, naming the field.
+    for (params, field) in [
+        (json!({"episodes": 0}), "/episodes"),
+        (json!({"episods": 3}), "episods"),
+    ] {
+        match c
+            .client()
+            .submit(&json!({"adapter": name, "params": params}))
+            .await
+        {
+            Err(ClientError::Refused { status, message }) => {
+                assert_eq!(status, 422, "{message}");
+                assert!(message.contains(field), "{params}: {message}");
+            }
+            other => panic!("{params} was not refused: {other:?}"),
+        }
+    }
+}
+
+/// Every file under `dir`, recursively (none if it does not exist).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = vec![];
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn check_and_run_without_a_trainyard_on_path_say_how_to_name_one() {
+    let root = tempfile::tempdir().unwrap();
+    for lang in ["rust", "python"] {
+        let out = author_runs(root.path(), &["adapter", "new", lang, "--lang", lang]);
+        assert!(out.status.success(), "{}", explain(&out));
+        let project = root.path().join(lang);
+        for goal in ["check", "run"] {
+            let out = Command::new("make")
+                .env("PATH", trainyard::cluster::SYSTEM_PATH)
+                .env_remove("TRAINYARD")
+                .env_remove("MAKEFLAGS")
+                .env_remove("MAKELEVEL")
+                .arg("-C")
+                .arg(&project)
+                .arg(goal)
+                .output()
+                .expect("run make");
+            assert!(!out.status.success(), "{lang} {goal}: {}", explain(&out));
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                said.contains("trainyard not found")
+                    && said.contains(&format!("make {goal} TRAINYARD=/path/to/trainyard")),
+                "{lang} {goal}: {}",
+                explain(&out)
+            );
+            // Nothing was built first: the check comes before the build.
+            assert!(!project.join("dist").exists(), "{lang} {goal}");
+        }
+    }
 }

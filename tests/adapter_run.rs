@@ -47,7 +47,8 @@ impl Run {
                 "TRAINYARD_DATABASE_URL",
                 format!("postgres://{closed}/none"),
             )
-            .env("TRAINYARD_HOST__MASTER", &closed);
+            .env("TRAINYARD_HOST__MASTER", &closed)
+            .env("XDG_CACHE_HOME", common::user_cache_home());
         command
     }
 }

@@ -1,15 +1,19 @@
-//! `trainyard demo` for real: with `--stay` the demo prints the dashboard's
+//! `trainyard demo` and `trainyard dev` for real: with `--stay` the demo prints the dashboard's
 //! URL, the URL serves the dashboard while the demo runs, the cluster stays
 //! up after its tasks end, and Ctrl-C (SIGINT) stops everything it started,
 //! with the exit status saying whether every task completed. With
 //! `--cartpole` its hosts build CartPole's Python environment and train
-//! CartPole beside the grid world, and every task completes. The tests run
-//! at once: each demo keeps to a directory and Redis keys of its own.
+//! CartPole beside the grid world, and every task completes. `trainyard dev
+//! ADAPTER.wasm` runs a cluster around one adapter, says how to submit to
+//! it, runs what is submitted, and stops on Ctrl-C, leaving nothing behind.
+//! The tests run at once: each keeps to a directory and Redis keys of its
+//! own.
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -27,12 +31,20 @@ struct Demo {
 impl Demo {
     /// Starts `trainyard demo <args>` in the project's directory.
     fn start(args: &[&str]) -> Demo {
+        let mut all = vec!["demo"];
+        all.extend_from_slice(args);
+        Demo::launch(&all, Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
+
+    /// Starts `trainyard <args>` in `dir`, with a Redis of the test's own.
+    fn launch(args: &[&str], dir: &Path) -> Demo {
         let (redis_url, redis) = trainyard_testkit::redis_url();
         let mut child = Command::new(env!("CARGO_BIN_EXE_trainyard"))
-            .arg("demo")
             .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(dir)
             .env("TRAINYARD_REDIS_URL", &redis_url)
+            // What the adapter tools compile: a cache of the suite's own.
+            .env("XDG_CACHE_HOME", crate::common::user_cache_home())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -161,5 +173,60 @@ async fn the_cartpole_demo_trains_cartpole_beside_the_grid_world_and_completes()
         status.success(),
         "every task completed: {status}\n{}",
         demo.seen
+    );
+}
+
+#[tokio::test]
+async fn dev_runs_a_cluster_around_one_adapter_until_interrupted() {
+    let adapter = Path::new(env!("CARGO_MANIFEST_DIR")).join("adapters/dist/python-trainer.wasm");
+    assert!(adapter.exists(), "run `make -C adapters build`");
+    let project = tempfile::tempdir().unwrap();
+    let mut dev = Demo::launch(
+        &["dev", adapter.to_str().unwrap(), "--program", "python3"],
+        project.path(),
+    );
+    let dir = dev.line_with("Cluster directory: ", Duration::from_secs(120));
+    let dir = PathBuf::from(
+        dir.trim_start_matches("Cluster directory: ")
+            .split(" (")
+            .next()
+            .unwrap(),
+    );
+    let url = dev.dashboard();
+    let submit = dev.line_with("submit --adapter python-trainer", Duration::from_secs(60));
+    dev.line_with("Press Ctrl-C to stop", Duration::from_secs(60));
+    // The command it prints reaches its cluster.
+    let words: Vec<&str> = submit.split_whitespace().collect();
+    assert_eq!(&words[..2], ["trainyard", "--config"], "{submit}");
+    let out = Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(&words[1..])
+        .args(["--param", "episodes=20"])
+        .env_remove("TRAINYARD_CONFIG")
+        .output()
+        .expect("run the printed command");
+    assert!(
+        out.status.success(),
+        "{}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        dev.seen
+    );
+    let listed = tasks(&url).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["status"], "COMPLETED", "{listed:?}");
+    assert_eq!(listed[0]["adapter"], "python-trainer");
+    assert!(reqwest::get(&url).await.unwrap().status().is_success());
+
+    let status = dev.interrupt();
+    assert!(status.success(), "{status}\n{}", dev.seen);
+    assert!(
+        reqwest::get(&url).await.is_err(),
+        "the master stopped with dev"
+    );
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+    let written: Vec<_> = std::fs::read_dir(project.path()).unwrap().collect();
+    assert!(
+        written.is_empty(),
+        "dev wrote into the directory it ran in: {written:?}"
     );
 }

@@ -303,6 +303,79 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_steps_down_when_it_wakes
     f.completed(id).await;
 }
 
+/// Redis loses its data while tasks run on hosts that are frozen (so
+/// Redis holds none of their leases); the leader sees the loss and dies.
+/// The standby that takes over inside the window in which missing leases
+/// prove nothing must wait it out as the dead leader would have: it gives
+/// no live attempt up, and once the hosts wake every task completes on its
+/// first attempt.
+#[tokio::test]
+async fn a_standby_that_takes_over_after_redis_lost_its_data_gives_up_no_live_attempt() {
+    let _serial = serial();
+    let mut f = Fleet::start(2, false).await;
+    let before = f.term().await;
+    let mut long = vec![];
+    for i in 0..2 {
+        let trace = format!("long-{i}.jsonl");
+        long.push((f.submit(long_task(&trace)).await, trace));
+    }
+    for (id, _) in &long {
+        f.c.wait_for(*id, WAIT, "running", |d| {
+            d.task.status == TaskStatus::Running && d.task.progress.is_some()
+        })
+        .await;
+    }
+    for h in ["host-1", "host-2"] {
+        f.c.host(h).pause();
+    }
+    let noticed = "Redis holds no epoch";
+    let seen = f.c.log("master").matches(noticed).count();
+    f.c.redis.restart_empty();
+    let until = Instant::now() + WAIT;
+    while f.c.log("master").matches(noticed).count() == seen {
+        assert!(
+            Instant::now() < until,
+            "the leader never noticed that Redis lost its data\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = Instant::now();
+    f.c.master().kill();
+    let (_, leader) = f.new_leader(before, killed).await;
+    // The new leader sweeps while Redis holds none of the live leases.
+    let until = Instant::now() + WAIT;
+    loop {
+        let sweeps = common::health(&leader).await.and_then(|h| {
+            let leads = h["leadership"]["role"] == "leader";
+            h["scheduler"]["sweeps"].as_u64().filter(|_| leads)
+        });
+        if sweeps.is_some_and(|n| n >= 4) {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the new leader made no sweeps\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (id, _) in &long {
+        let detail = f.c.client().task(*id).await.expect("the task");
+        assert_eq!(
+            (detail.task.status, detail.attempts.len()),
+            (TaskStatus::Running, 1),
+            "task {id} was given up while its host lived: {:?}\n{}",
+            detail.attempts,
+            f.logs()
+        );
+    }
+    for h in ["host-1", "host-2"] {
+        f.c.host(h).resume();
+    }
+    assert_ran_once(&f, &long).await;
+}
+
 /// A frozen leader may be inside a transaction: the server ends it only
 /// after `idle_in_transaction_session_timeout` (here the leader lease,
 /// [`TTL`]), and its term's share lock holds the successor back until then;

@@ -497,6 +497,124 @@ async fn a_redis_that_loses_its_data_loses_no_task_and_duplicates_none() {
     let _ = &mut c;
 }
 
+/// When the master restarts in the window after Redis lost its data.
+#[derive(Clone, Copy, Debug)]
+enum Restart {
+    /// The old master saw the loss and wrote the new epoch, then died: the
+    /// new one finds an epoch, and must still wait out the window.
+    AfterTheLossWasSeen,
+    /// The master was down when Redis lost its data: the new one is the
+    /// first to see it.
+    BeforeTheLossWasSeen,
+}
+
+/// How many recovery sweeps the master at `api` has made, once it answers.
+async fn sweeps_made(api: &str) -> Option<u64> {
+    common::health(api).await?["scheduler"]["sweeps"].as_u64()
+}
+
+/// Live tasks on frozen hosts (no lease in Redis while they stay frozen)
+/// across a Redis that lost its data and a master restarted inside the
+/// window in which missing leases prove nothing: the new master sweeps
+/// several times and gives nothing up; woken, the hosts rebuild their
+/// leases and every task completes on its first attempt.
+async fn a_master_restarted_inside_the_window_gives_up_no_live_attempt(restart: Restart) {
+    let mut setup = Setup::new("sqlite");
+    // The hosts stay frozen through the master's restart and its first
+    // sweeps; their trainers' supervisors would stop the trainers at the
+    // end of the lease.
+    setup.timers.lease_ttl = Duration::from_secs(30);
+    let mut c = TestCluster::start(setup, 2).await;
+    let traces = ["trace-0.jsonl", "trace-1.jsonl"];
+    let mut ids = vec![];
+    for trace in traces {
+        ids.push(
+            c.submit(json!({"adapter": "test-trainer", "params": {"episodes": 800, "step_delay_ms": 10, "trace_file": trace}}))
+                .await,
+        );
+    }
+    for id in &ids {
+        c.wait_for(*id, LONG, "running", |d| {
+            d.task.status == TaskStatus::Running && d.task.progress.is_some()
+        })
+        .await;
+    }
+    for h in ["host-1", "host-2"] {
+        c.host(h).pause();
+    }
+    match restart {
+        Restart::AfterTheLossWasSeen => {
+            let noticed = "Redis holds no epoch";
+            let before = c.log("master").matches(noticed).count();
+            c.redis.restart_empty();
+            let until = Instant::now() + Duration::from_secs(30);
+            while c.log("master").matches(noticed).count() == before {
+                assert!(
+                    Instant::now() < until,
+                    "the master never noticed that Redis lost its data\n{}",
+                    c.all_logs()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            c.master().kill();
+        }
+        Restart::BeforeTheLossWasSeen => {
+            c.master().kill();
+            c.redis.restart_empty();
+        }
+    }
+    c.start_master().await;
+
+    // The new master sweeps while Redis holds none of the live leases.
+    let api = c.cluster.settings.api.url.clone();
+    let until = Instant::now() + Duration::from_secs(60);
+    while sweeps_made(&api).await.is_none_or(|n| n < 4) {
+        assert!(
+            Instant::now() < until,
+            "the new master made no sweeps\n{}",
+            c.all_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for id in &ids {
+        let detail = c.task(*id).await;
+        assert_eq!(
+            (detail.task.status, detail.attempts.len()),
+            (TaskStatus::Running, 1),
+            "{restart:?}: task {id} was given up while its host lived: {:?}\n{}",
+            detail.attempts,
+            c.all_logs()
+        );
+    }
+    for h in ["host-1", "host-2"] {
+        c.host(h).resume();
+    }
+    for (id, trace) in ids.iter().zip(traces) {
+        let done = c.wait_for_status(*id, TaskStatus::Completed, LONG).await;
+        assert_eq!(done.attempts.len(), 1, "task {id}: {:?}", done.attempts);
+        let events = read_trace(&c.trace(trace));
+        assert_eq!(
+            events.iter().filter(|e| e.event == "start").count(),
+            1,
+            "task {id} ran twice"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_master_restarted_after_it_saw_redis_lose_its_data_gives_up_no_live_attempt() {
+    let _serial = serial();
+    a_master_restarted_inside_the_window_gives_up_no_live_attempt(Restart::AfterTheLossWasSeen)
+        .await;
+}
+
+#[tokio::test]
+async fn a_master_restarted_before_anyone_saw_redis_lose_its_data_gives_up_no_live_attempt() {
+    let _serial = serial();
+    a_master_restarted_inside_the_window_gives_up_no_live_attempt(Restart::BeforeTheLossWasSeen)
+        .await;
+}
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -169,6 +169,7 @@ pub async fn seed_parked(url: &str, n: usize) -> anyhow::Result<Duration> {
                 inserts,
                 writes: vec![],
                 now_ms: trainyard_proto::now_ms(),
+                points: vec![],
             })
             .await?;
     }

@@ -137,6 +137,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
             inserts,
             writes: vec![],
             now_ms: now_ms(),
+            points: vec![],
         };
         let ids = store.apply(&batch).await?.inserted;
         ensure!(
@@ -179,6 +180,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                     inserts: vec![],
                     writes,
                     now_ms: now_ms(),
+                    points: vec![],
                 })
                 .await?;
             ensure!(

@@ -44,6 +44,7 @@ fn report(host: &str, attempt: AttemptRef) -> AttemptReport {
         assignment: Default::default(),
         duration_ms: 1,
         finished_at_ms: 0,
+        progress: None,
     }
 }
 

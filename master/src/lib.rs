@@ -218,13 +218,14 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         leadership::announce(&redis, &keys, term).await;
     }
     let events = events::Events::new(16 * 1024);
-    let recorder = history::Recorder::new(store.clone(), &events);
+    let thinner = history::Thinner::new(store.clone(), &events);
     let (log_recorder, log_feed) = logs::Recorder::new(store.clone());
     let (scheduler, handle) = scheduler::Scheduler::start(
         store.clone(),
         redis,
         keys,
         events.clone(),
+        log_feed.clone(),
         scheduler::SchedulerConfig {
             timers: config.timers.clone(),
             max_batch: config.max_batch,
@@ -244,7 +245,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     let (hosts_addr, api_addr) = (listeners.hosts_addr, listeners.api_addr);
 
     tasks.spawn(scheduler.run(until_stopped()));
-    tasks.spawn(recorder.run(until_stopped()));
+    tasks.spawn(thinner.run(until_stopped()));
     tasks.spawn(log_recorder.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,

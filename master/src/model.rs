@@ -168,6 +168,16 @@ impl ProgressView {
             at_ms,
         }
     }
+
+    /// Whether this is the event `p` (received at any time): the same
+    /// episode, return, metrics and message.
+    pub fn shows(&self, p: &Progress) -> bool {
+        self.episode == p.episode
+            && self.total_episodes == p.total_episodes
+            && self.episode_return == p.episode_return
+            && self.message == p.message
+            && self.metrics == metrics_map(&p.metrics)
+    }
 }
 
 /// A checkpoint kept for a task, without its bytes.
@@ -298,4 +308,35 @@ pub struct HostRecord {
     pub agent: String,
     pub first_seen_ms: i64,
     pub last_seen_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_progress_view_shows_the_event_it_was_made_from_whenever_it_came() {
+        let event = Progress {
+            episode: Some(40),
+            total_episodes: Some(40),
+            episode_return: Some(1.5),
+            metrics: vec![Metric {
+                name: "loss".into(),
+                value: 0.2,
+            }],
+            message: None,
+        };
+        let view = ProgressView::from_progress(1, &event, 5);
+        assert!(view.shows(&event));
+        let later = Progress {
+            episode: Some(41),
+            ..event.clone()
+        };
+        assert!(!view.shows(&later));
+        let other_metric = Progress {
+            metrics: vec![],
+            ..event
+        };
+        assert!(!view.shows(&other_metric));
+    }
 }

@@ -14,10 +14,15 @@
 //!    for good after its maximum attempts.
 //!
 //! A missing lease is only evidence while Redis can be trusted to still hold
-//! it: after Redis lost its data the sweep waits a full lease TTL, during which
-//! live hosts rebuild their leases with their next heartbeats.
+//! it: after Redis lost its data the sweep waits a full lease TTL and a
+//! heartbeat, during which live hosts rebuild their leases with their next
+//! renewals ([`leases_distrusted_until`]). The window is kept in Redis
+//! itself (`trainyard:epoch_grace`, written with the new epoch), so a
+//! master that restarts, or a standby that takes over, inside it waits it
+//! out too.
 
 use crate::model::{AttemptOutcome, Metrics, ResultView, StoredCheckpoint, TaskStatus};
+use std::time::{Duration, Instant};
 use trainyard_proto::messages::{AttemptReport, Checkpoint, Outcome};
 use trainyard_proto::WorkerId;
 
@@ -145,6 +150,60 @@ pub fn sweep(
             _ => SweepDecision::Keep,
         },
     }
+}
+
+/// How the dataset's epoch, as just read, compares with the one this
+/// master knew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochChange {
+    /// The epoch this master knew, or the first it sees.
+    Kept,
+    /// No epoch: Redis lost its data (or this is its first use).
+    Lost,
+    /// Another epoch than the one this master knew: Redis lost its data
+    /// and another master wrote the new epoch.
+    Replaced,
+}
+
+/// Compares the epoch `seen` in Redis with the one this master `known`.
+pub fn epoch_change(known: Option<&str>, seen: Option<&str>) -> EpochChange {
+    match (known, seen) {
+        (_, None) => EpochChange::Lost,
+        (Some(known), Some(seen)) if known != seen => EpochChange::Replaced,
+        _ => EpochChange::Kept,
+    }
+}
+
+/// Until when a missing lease proves nothing, after reading the epoch at
+/// `now`; `None`: from now on it does.
+///
+/// `before` is the master's own deadline so far. `grace_left` is what is
+/// left of the window Redis keeps (`trainyard:epoch_grace`): written with a
+/// new epoch by whichever master saw the loss first, it holds across master
+/// restarts and failovers. A loss this master saw itself (`Lost`, or an
+/// epoch `Replaced` by another master) also opens a window of `wait` from
+/// now while tasks are `live`, in case the one in Redis could not be
+/// written. With no live task no lease can have been lost: no window.
+pub fn leases_distrusted_until(
+    now: Instant,
+    before: Option<Instant>,
+    change: EpochChange,
+    grace_left: Option<Duration>,
+    live: bool,
+    wait: Duration,
+) -> Option<Instant> {
+    let seen_here = match change {
+        EpochChange::Kept => None,
+        EpochChange::Lost | EpochChange::Replaced => live.then(|| now + wait),
+    };
+    [
+        before.filter(|until| *until > now),
+        grace_left.map(|left| now + left),
+        seen_here,
+    ]
+    .into_iter()
+    .flatten()
+    .max()
 }
 
 /// Whether the sweep records now a report it found in Redis.
@@ -296,6 +355,73 @@ mod tests {
     }
 
     #[test]
+    fn an_epoch_is_lost_when_gone_and_replaced_when_another_master_wrote_a_new_one() {
+        assert_eq!(epoch_change(None, None), EpochChange::Lost);
+        assert_eq!(epoch_change(Some("a"), None), EpochChange::Lost);
+        assert_eq!(epoch_change(None, Some("a")), EpochChange::Kept);
+        assert_eq!(epoch_change(Some("a"), Some("a")), EpochChange::Kept);
+        assert_eq!(epoch_change(Some("a"), Some("b")), EpochChange::Replaced);
+    }
+
+    #[test]
+    fn a_master_that_starts_inside_the_window_redis_keeps_trusts_no_missing_lease_until_it_ends() {
+        let now = Instant::now();
+        let wait = Duration::from_secs(130);
+        let left = Duration::from_secs(100);
+        // Restarted: the epoch is there, first seen, but its grace runs.
+        assert_eq!(
+            leases_distrusted_until(now, None, EpochChange::Kept, Some(left), true, wait),
+            Some(now + left)
+        );
+        // No grace in Redis, nothing seen here: trusted.
+        assert_eq!(
+            leases_distrusted_until(now, None, EpochChange::Kept, None, true, wait),
+            None
+        );
+        // The master's own window is kept until it ends.
+        let later = now + Duration::from_secs(5);
+        assert_eq!(
+            leases_distrusted_until(later, Some(now + wait), EpochChange::Kept, None, true, wait),
+            Some(now + wait)
+        );
+        assert_eq!(
+            leases_distrusted_until(
+                now + wait,
+                Some(now + wait),
+                EpochChange::Kept,
+                None,
+                true,
+                wait
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_loss_seen_here_opens_a_window_only_while_tasks_are_live() {
+        let now = Instant::now();
+        let wait = Duration::from_secs(130);
+        for change in [EpochChange::Lost, EpochChange::Replaced] {
+            assert_eq!(
+                leases_distrusted_until(now, None, change, None, true, wait),
+                Some(now + wait),
+                "{change:?}: even when Redis could not be given the window"
+            );
+            assert_eq!(
+                leases_distrusted_until(now, None, change, None, false, wait),
+                None,
+                "{change:?}: no live task, no lease to lose"
+            );
+        }
+        // The later end wins.
+        let long = Duration::from_secs(200);
+        assert_eq!(
+            leases_distrusted_until(now, None, EpochChange::Lost, Some(long), true, wait),
+            Some(now + long)
+        );
+    }
+
+    #[test]
     fn a_redis_report_of_a_connected_host_waits_for_the_resend_interval() {
         let s = std::time::Duration::from_secs;
         assert!(
@@ -425,6 +551,7 @@ mod tests {
             assignment: Default::default(),
             duration_ms: 5,
             finished_at_ms: 0,
+            progress: None,
         }
     }
 

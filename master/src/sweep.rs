@@ -5,8 +5,9 @@
 //!
 //! Round trips per sweep, whatever the number of live tasks (each function
 //! here returns how many it made, so the scheduler can show them):
-//! - [`observe`]: one `MULTI` block (epoch, pending reports, `MGET` of every
-//!   owner key), plus one `MGET` of the pending reports if there are any;
+//! - [`observe`]: one `MULTI` block (epoch and its grace, pending reports,
+//!   `MGET` of every owner key), plus one `MGET` of the pending reports if
+//!   there are any;
 //! - [`ensure_epoch`]: one, only when Redis lost (or never had) its epoch;
 //! - [`forget_reports`]: one, only when the snapshot held dangling entries;
 //! - [`fence`]: one script call fencing every attempt given up in that sweep,
@@ -28,11 +29,30 @@ use trainyard_proto::{AttemptRef, TaskId};
 /// the epoch, one to drop dangling reports, two to fence.
 pub const MAX_ROUND_TRIPS: u32 = 6;
 
+/// The dataset's epoch as Redis held it, and how long the window in which
+/// missing leases prove nothing still runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EpochSeen {
+    /// `trainyard:epoch`; `None` if Redis has lost (or never had) it.
+    pub epoch: Option<String>,
+    /// What is left of `trainyard:epoch_grace`'s TTL; `None` when the key
+    /// is absent (no loss of data, or its window has passed).
+    pub grace_left: Option<Duration>,
+}
+
+/// `PTTL`'s answer as time left: negative answers mean no key (-2) or a key
+/// without a TTL (-1), which no master writes and none may trust forever.
+fn time_left(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+}
+
 /// What Redis held at one instant.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// `trainyard:epoch`; `None` if Redis has lost (or never had) it.
-    pub epoch: Option<String>,
+    pub epoch: EpochSeen,
     pub leases: HashMap<TaskId, Lease>,
     /// Reports of finished attempts waiting for the master.
     pub reports: Vec<AttemptReport>,
@@ -54,18 +74,20 @@ pub async fn observe(
     let mut pipe = redis::pipe();
     pipe.atomic()
         .get(keys.epoch())
+        .pttl(keys.epoch_grace())
         .smembers(keys.pending_reports());
     if !live.is_empty() {
         let owners: Vec<String> = live.iter().map(|id| keys.task_owner(*id)).collect();
         pipe.mget(owners);
     }
-    let (epoch, pending, owners): (Option<String>, Vec<String>, Vec<Option<String>>) =
-        if live.is_empty() {
-            let (epoch, pending): (Option<String>, Vec<String>) = pipe.query_async(con).await?;
-            (epoch, pending, vec![])
-        } else {
-            pipe.query_async(con).await?
-        };
+    type Read = (Option<String>, i64, Vec<String>, Vec<Option<String>>);
+    let (epoch, grace, pending, owners): Read = if live.is_empty() {
+        let (epoch, grace, pending): (Option<String>, i64, Vec<String>) =
+            pipe.query_async(con).await?;
+        (epoch, grace, pending, vec![])
+    } else {
+        pipe.query_async(con).await?
+    };
 
     let leases = live
         .iter()
@@ -83,7 +105,10 @@ pub async fn observe(
         .collect();
 
     let mut snapshot = Snapshot {
-        epoch,
+        epoch: EpochSeen {
+            epoch,
+            grace_left: time_left(grace),
+        },
         leases,
         round_trips: 1,
         ..Snapshot::default()
@@ -244,20 +269,56 @@ pub async fn announce_term(
         .await
 }
 
-/// Reads the dataset's epoch, creating it if Redis has none, in one round
-/// trip. Returns the epoch now in Redis (another master's, if it won).
-pub async fn ensure_epoch(con: &mut ConnectionManager, keys: &Keys) -> redis::RedisResult<String> {
+/// Reads the dataset's epoch and its grace, in one round trip.
+pub async fn read_epoch(con: &mut ConnectionManager, keys: &Keys) -> redis::RedisResult<EpochSeen> {
+    let (epoch, grace): (Option<String>, i64) = redis::pipe()
+        .atomic()
+        .get(keys.epoch())
+        .pttl(keys.epoch_grace())
+        .query_async(con)
+        .await?;
+    Ok(EpochSeen {
+        epoch,
+        grace_left: time_left(grace),
+    })
+}
+
+/// Creates the dataset's epoch if Redis has none and, with `grace`, starts
+/// the window in which missing leases prove nothing: both in one `MULTI`,
+/// so no master can see the new epoch without its window. One round trip.
+/// Returns the epoch now in Redis (another master's, if it won) and the
+/// grace left.
+pub async fn ensure_epoch(
+    con: &mut ConnectionManager,
+    keys: &Keys,
+    grace: Option<Duration>,
+) -> redis::RedisResult<EpochSeen> {
     let fresh = trainyard_proto::auth::ClusterSecret::generate_hex();
-    let (epoch,): (String,) = redis::pipe()
+    let mut pipe = redis::pipe();
+    pipe.atomic()
         .cmd("SET")
         .arg(keys.epoch())
         .arg(&fresh)
         .arg("NX")
-        .ignore()
+        .ignore();
+    if let Some(grace) = grace {
+        let ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX).max(1);
+        pipe.cmd("SET")
+            .arg(keys.epoch_grace())
+            .arg(&fresh)
+            .arg("PX")
+            .arg(ms)
+            .ignore();
+    }
+    let (epoch, left): (String, i64) = pipe
         .get(keys.epoch())
+        .pttl(keys.epoch_grace())
         .query_async(con)
         .await?;
-    Ok(epoch)
+    Ok(EpochSeen {
+        epoch: Some(epoch),
+        grace_left: time_left(left),
+    })
 }
 
 #[cfg(test)]
@@ -355,8 +416,51 @@ mod tests {
         let redis = RedisServer::start();
         let mut con = connect(&redis).await;
         let keys = Keys::new("rt:");
-        let first = ensure_epoch(&mut con, &keys).await.unwrap();
-        assert_eq!(ensure_epoch(&mut con, &keys).await.unwrap(), first);
+        let first = ensure_epoch(&mut con, &keys, None).await.unwrap();
+        assert!(first.epoch.is_some());
+        assert_eq!(first.grace_left, None, "no window asked for, none started");
+        assert_eq!(ensure_epoch(&mut con, &keys, None).await.unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn a_new_epochs_grace_is_in_redis_for_every_master_to_read_until_it_expires() {
+        let redis = RedisServer::start();
+        let mut con = connect(&redis).await;
+        let keys = Keys::new("rt:");
+        let grace = Duration::from_secs(60);
+        let written = ensure_epoch(&mut con, &keys, Some(grace)).await.unwrap();
+        let left = written.grace_left.expect("the window started");
+        assert!(
+            left > grace - Duration::from_secs(5) && left <= grace,
+            "{left:?}"
+        );
+
+        // Another master, knowing nothing of this one, reads the same
+        // window: from the snapshot of a sweep, or at start.
+        let read = read_epoch(&mut con, &keys).await.unwrap();
+        assert_eq!(read.epoch, written.epoch);
+        assert!(read.grace_left.is_some_and(|l| l <= left));
+        let swept = observe(&mut con, &keys, &[1]).await.unwrap();
+        assert_eq!(swept.epoch.epoch, written.epoch);
+        assert!(swept.epoch.grace_left.is_some());
+
+        // Once it expires, the epoch stays and the window is over.
+        let short = Keys::new("short:");
+        ensure_epoch(&mut con, &short, Some(Duration::from_millis(30)))
+            .await
+            .unwrap();
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        let over = loop {
+            let read = read_epoch(&mut con, &short).await.unwrap();
+            if read.grace_left.is_none() || std::time::Instant::now() > until {
+                break read;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(
+            over.epoch.is_some() && over.grace_left.is_none(),
+            "{over:?}"
+        );
     }
 
     #[tokio::test]

@@ -227,6 +227,7 @@ fn report(host: &str, attempt: AttemptRef) -> HostMessage {
         assignment: Default::default(),
         duration_ms: 1,
         finished_at_ms: 0,
+        progress: None,
     })
 }
 

@@ -13,6 +13,7 @@
 //! | `task:{task}:report:{attempt}` | MessagePack `AttemptReport` | host, atomically with clearing the lease | report retention |
 //! | `reports:pending` | set of `{task}@{attempt}` with a stored report | host adds, master removes | none |
 //! | `trainyard:epoch` | random id of this Redis dataset | master | none |
+//! | `trainyard:epoch_grace` | the epoch it was written with | master, with a new epoch, while tasks were live | `lease_ttl + heartbeat_interval` |
 //!
 //! Every key may carry an operator-chosen prefix so that several clusters can
 //! share one Redis.
@@ -93,6 +94,14 @@ impl Keys {
     /// The id of the Redis dataset; when it changes, Redis lost its data.
     pub fn epoch(&self) -> String {
         format!("{}trainyard:epoch", self.prefix)
+    }
+
+    /// Present while live hosts may still be rebuilding the leases Redis
+    /// lost: written with a new epoch, it expires once they have had a full
+    /// lease TTL and a heartbeat to do so. Any master reads it, so the
+    /// window outlives the master that noticed the loss.
+    pub fn epoch_grace(&self) -> String {
+        format!("{}trainyard:epoch_grace", self.prefix)
     }
 }
 

@@ -275,6 +275,12 @@ pub struct AttemptReport {
     /// Wall-clock milliseconds from lease to report.
     pub duration_ms: u64,
     pub finished_at_ms: i64,
+    /// The attempt's last progress event, if it had any. Sent over the
+    /// connection before the report too; carried here so that a report the
+    /// master takes from Redis (its host gone) still ends the task with the
+    /// progress its trainer last reported.
+    #[serde(default)]
+    pub progress: Option<Progress>,
 }
 
 /// Host to master.

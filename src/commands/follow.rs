@@ -1,5 +1,5 @@
-//! Following tasks on the master's live event stream, for `watch` and
-//! `submit --wait`: one line per event, reconnecting after a lost
+//! Following tasks on the master's live event stream, for `watch`,
+//! `submit --wait` and `sweep --wait`: one line per event, reconnecting after a lost
 //! connection, and — when waiting for tasks to end — re-reading the tasks
 //! themselves whenever events may have been missed (at the start, after a
 //! reconnect, after the master reports this client lagged, and after a quiet
@@ -251,6 +251,27 @@ pub async fn follow(
         }
     }
     Ok(())
+}
+
+/// Follows the tasks `ids` on `stream` (opened before they were
+/// submitted, so no event of theirs is missed) until every one has ended,
+/// printing a line per event; returns what was seen of them. What `submit
+/// --wait` and `sweep --wait` do.
+pub async fn until_ended(
+    client: &ApiClient,
+    ids: &[TaskId],
+    stream: EventStream,
+) -> anyhow::Result<Watched> {
+    let mut watched = Watched::only(ids);
+    let how = Following {
+        until_done: true,
+        ..Following::default()
+    };
+    follow(client, &mut watched, &how, Some(stream), &mut |line| {
+        println!("{line}")
+    })
+    .await?;
+    Ok(watched)
 }
 
 /// Reconnects after `reconnect_delay`, for as long as the master is unreachable.

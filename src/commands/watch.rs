@@ -1,6 +1,8 @@
 //! `trainyard watch`: live task progress from the event stream, one line per
-//! event, for every task or only those named; with `--until-done` it ends
-//! when they all have.
+//! event, for every task or only those named. Tasks named are shown first as
+//! they are, and the watch ends once every one has ended (at once, with
+//! their final state, for tasks that had ended already); `--until-done`
+//! also makes the exit status say whether they all completed.
 
 use super::follow::{self, Following, Watched};
 use crate::client::ApiClient;
@@ -12,7 +14,8 @@ pub struct WatchArgs {
     /// Only these tasks [default: every task]
     #[arg(value_name = "IDS")]
     pub ids: Vec<TaskId>,
-    /// Exit once every task named has ended: 0 if all COMPLETED, 1 otherwise
+    /// Exit 1 unless every task named COMPLETED (watching tasks by id always
+    /// ends once they have all ended)
     #[arg(long, requires = "ids")]
     pub until_done: bool,
 }
@@ -22,18 +25,19 @@ pub async fn run(client: &ApiClient, args: WatchArgs) -> anyhow::Result<()> {
         [] => Watched::everything(),
         ids => Watched::only(ids),
     };
+    // Named tasks that have all ended have nothing more to show.
     let how = Following {
-        until_done: args.until_done,
+        until_done: !args.ids.is_empty(),
         ..Following::default()
     };
     follow::follow(client, &mut watched, &how, None, &mut |line| {
         println!("{line}")
     })
     .await?;
-    if let Some(shortfall) = watched.shortfall() {
-        bail!(shortfall);
+    match watched.shortfall() {
+        Some(shortfall) if args.until_done => bail!(shortfall),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ adapter, not of the task.
 
 This adapter launches `trainer.py` (beside this file, bundled into the
 component when it is built) with `python3`, hands it its params as
-`params.json`, and reads the JSON lines it prints.
+`params.json`, and reads the JSON lines it prints. What it decides is in
+`logic.py`, plain Python that `make test` checks without the bindings.
 """
 
 import json
@@ -33,6 +34,8 @@ from pathlib import Path
 from componentize_py_types import Err
 from wit_world import exports
 from wit_world.imports import host, types
+
+import logic
 
 NAME = "__NAME__"
 VERSION = "0.1.0"
@@ -43,10 +46,6 @@ RESULT_FILE = "result.json"
 #: Read while the component is built, so the component carries the file.
 TRAINER_SOURCE = Path(__file__).with_name("trainer.py").read_bytes()
 
-#: The params a task may give, with their defaults and bounds.
-DEFAULTS = {"episodes": 20, "seed": 0}
-MAX_EPISODES = 10_000
-
 #: The attempt's workspace, set by `prepare` (one instance per attempt).
 _workspace = None
 
@@ -54,41 +53,6 @@ _workspace = None
 def task_error(message, retryable):
     host.log(host.LogLevel.WARN, message)
     return Err(types.TaskError(message=message, retryable=retryable))
-
-
-def parse_params(text):
-    """The task's params with defaults filled in; raises ValueError."""
-    try:
-        given = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"invalid params: not valid JSON ({e})") from None
-    if not isinstance(given, dict):
-        raise ValueError("invalid params: expected a JSON object")
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f'invalid params: unknown key "{unknown[0]}"; accepted keys are '
-                         + ", ".join(DEFAULTS))
-    params = {**DEFAULTS, **given}
-    for key, hi in (("episodes", MAX_EPISODES), ("seed", 2**32 - 1)):
-        value = params[key]
-        lo = 1 if key == "episodes" else 0
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f'invalid params: "{key}" must be an integer from {lo} to {hi}, '
-                             f"got {json.dumps(value)}")
-    return params
-
-
-def progress_of(record):
-    """Progress from one JSON line of the trainer, or None."""
-    if record.get("type") != "episode":
-        return None
-    episode, total, ret = record.get("episode"), record.get("episodes"), record.get("return")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (episode, total)):
-        return None
-    if isinstance(ret, bool) or not isinstance(ret, (int, float)):
-        return None
-    return types.Progress(episode=episode, total_episodes=total, episode_return=float(ret),
-                          metrics=[], checkpoint=None, message=None)
 
 
 class Adapter(exports.Adapter):
@@ -99,7 +63,7 @@ class Adapter(exports.Adapter):
     def prepare(self, task):
         global _workspace
         try:
-            params = parse_params(task.params)
+            params = logic.parse_params(task.params)
         except ValueError as e:
             raise task_error(str(e), retryable=False) from None
         _workspace = task.workspace
@@ -114,12 +78,12 @@ class Adapter(exports.Adapter):
         )
 
     def on_output(self, line):
-        # Output is untrusted: anything but a protocol line is no progress.
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
+        fields = logic.progress_fields(line)
+        if fields is None:
             return None
-        return progress_of(record) if isinstance(record, dict) else None
+        episode, total, ret = fields
+        return types.Progress(episode=episode, total_episodes=total, episode_return=ret,
+                              metrics=[], checkpoint=None, message=None)
 
     def finish(self, exit):
         status = exit.status
@@ -131,21 +95,21 @@ class Adapter(exports.Adapter):
         if isinstance(status, types.ExitStatus_NotLaunched):
             raise task_error("trainer was never launched", retryable=True)
         try:
-            fields = json.loads((Path(_workspace) / RESULT_FILE).read_text())
+            text = (Path(_workspace) / RESULT_FILE).read_text()
+            metrics = logic.result_metrics(text)
         except (OSError, ValueError, TypeError) as e:
             raise task_error(f"trainer left no valid {RESULT_FILE}: {e}", retryable=True) from None
-        metrics = [types.Metric(name=k, value=float(v)) for k, v in sorted(fields.items())
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        return types.TaskResult(metrics=metrics, checkpoint=None,
-                                summary=f"best return {fields.get('best_return')}")
+        best = dict(metrics).get("best_return")
+        return types.TaskResult(metrics=[types.Metric(name=k, value=v) for k, v in metrics],
+                                checkpoint=None, summary=f"best return {best}")
 
 
 class Metadata:
     def params_schema(self, kind):
-        # A JSON Schema (as text) here lets the master refuse bad params at
-        # submission; None leaves them to `prepare`.
-        return None
+        # The master checks submissions against it and refuses bad params
+        # (naming the field) before any host sees them.
+        return json.dumps(logic.params_schema())
 
     def result_metrics(self):
         # The metrics `finish` reports, for sweeps to rank on.
-        return ["best_return", "episodes"]
+        return list(logic.RESULT_METRICS)

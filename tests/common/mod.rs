@@ -57,6 +57,16 @@ pub fn adapter(name: &str) -> PathBuf {
     path
 }
 
+/// The user cache directory (`XDG_CACHE_HOME`) of the adapter author's
+/// commands the tests run (`adapter check`, `adapter run`, `dev`), which
+/// compile into it: `target/test-user-cache`, so each adapter is compiled
+/// once a run and nothing goes to the home of whoever runs the suite.
+pub fn user_cache_home() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-user-cache");
+    std::fs::create_dir_all(&dir).expect("the tests' user cache directory");
+    dir
+}
+
 pub fn binaries() -> Binaries {
     Binaries::at(env!("CARGO_BIN_EXE_trainyard"))
         .expect("trainyard binaries (make test builds them)")
@@ -613,28 +623,23 @@ impl TestCluster {
         }
     }
 
-    /// Every progress point of a task, oldest first, once the latest episode
-    /// the task reported has been stored.
+    /// Every progress point of a task that has ended, oldest first: all
+    /// stored by then, the last one its latest progress.
     pub async fn progress_points(&self, done: &TaskDetail) -> Vec<serde_json::Value> {
+        assert!(done.task.status.is_terminal(), "{:?}", done.task.status);
         let latest = done.task.progress.as_ref().and_then(|p| p.episode);
         let url = format!(
             "{}/v1/tasks/{}/progress?limit=10000",
             self.cluster.settings.api.url, done.task.id
         );
-        // The recorder writes what it heard within its flush interval.
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let page: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
-            let points = page["points"].as_array().cloned().unwrap_or_default();
-            if points.last().and_then(|p| p["episode"].as_u64()) == latest {
-                return points;
-            }
-            assert!(
-                Instant::now() < until,
-                "the latest progress ({latest:?}) was not stored: {page}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let page: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let points = page["points"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            points.last().and_then(|p| p["episode"].as_u64()),
+            latest,
+            "the latest progress of an ended task is stored: {page}"
+        );
+        points
     }
 }
 

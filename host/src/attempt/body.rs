@@ -29,7 +29,9 @@ use crate::workspace::Workspace;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use trainyard_proto::messages::{Checkpoint, Dispatch, LogStream, Outcome, ProgressUpdate};
+use trainyard_proto::messages::{
+    Checkpoint, Dispatch, LogStream, Outcome, Progress, ProgressUpdate,
+};
 use trainyard_proto::resources::memory_text;
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;
@@ -55,6 +57,8 @@ pub struct Ending {
     /// How the trainer ended, if one was launched (its stderr tail, for a
     /// local run's report).
     pub trainer: Option<TrainerExit>,
+    /// The last progress event the adapter read, for the report.
+    pub progress: Option<Progress>,
 }
 
 impl Body<'_> {
@@ -74,6 +78,7 @@ impl Body<'_> {
             progress: Throttle::new(self.env.config.progress_interval),
             logs: self.logs,
             trainer: None,
+            last_progress: None,
         };
         let (outcome, workspace) = run
             .execute(self.adapter, self.dispatch, control, lease)
@@ -82,6 +87,7 @@ impl Body<'_> {
             outcome,
             workspace,
             trainer: run.trainer,
+            progress: run.last_progress,
         }
     }
 }
@@ -176,6 +182,8 @@ struct Run<'a> {
     logs: &'a LogWriter,
     /// How the trainer ended, once it has.
     trainer: Option<TrainerExit>,
+    /// The newest progress event, which the report carries.
+    last_progress: Option<Progress>,
 }
 
 impl Run<'_> {
@@ -577,6 +585,7 @@ impl Run<'_> {
     async fn on_progress(&mut self, event: OutputEvent, workspace: &Workspace) {
         let checkpoint = event.checkpoint.and_then(|c| self.capture(c, workspace));
         let urgent = checkpoint.is_some();
+        self.last_progress = Some(event.progress.clone());
         self.progress.offer(ProgressUpdate {
             attempt: self.attempt,
             progress: event.progress,

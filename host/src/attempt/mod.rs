@@ -138,6 +138,7 @@ pub async fn run(
         assignment: assignment.clone(),
         duration_ms: started.elapsed().as_millis() as u64,
         finished_at_ms: now_ms(),
+        progress: ending.progress,
     };
     if let Err(e) = env.lease.release(&worker, &report).await {
         // The report still goes over the connection; the lease runs out.

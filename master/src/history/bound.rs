@@ -1,5 +1,5 @@
 //! How much progress history a task keeps, and which points go when it
-//! has too many. Pure: the recorder ([`super::Recorder`]) asks, the store
+//! has too many. Pure: the thinner ([`super::Thinner`]) asks, the store
 //! deletes.
 //!
 //! A task keeps every point up to [`MAX_POINTS`]. Past that its history is

@@ -1,18 +1,21 @@
-//! Progress history: every progress point the master publishes is stored
-//! in the database (`progress_points`), so a task's curves survive master
+//! Progress history: every progress point the master hears is stored in
+//! the database (`progress_points`), so a task's curves survive master
 //! restarts and stay after it ends. `GET /v1/tasks/{id}/progress` reads
 //! them back.
 //!
-//! The [`Recorder`] is one more subscriber of the task events, so the
-//! scheduler's turn does not wait on it: it batches the points it hears
-//! (at most [`BATCH`], at least every [`FLUSH_EVERY`]) into one transaction,
-//! and thins a task's history when it passes the bound ([`bound`]). A
-//! recorder that falls behind the event stream by more than its buffer
-//! misses points, and logs how many.
+//! The scheduler stores a turn's points in the turn's own transaction
+//! ([`crate::store::Batch::points`], made by [`point`]), ahead of any report
+//! handled in that turn: when a task is seen to end, every point heard
+//! before its report is stored. The [`Thinner`] keeps each history within
+//! its bound ([`bound`]): one more subscriber of the task events, which are
+//! published once a turn has committed, it counts the points each task
+//! gained and thins a task's history when it passes the bound, off the
+//! scheduler's turn.
 
 pub mod bound;
 
 use crate::events::{EventKind, Events, TaskEvent};
+use crate::model::ProgressView;
 use crate::store::{NewPoint, Store};
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,104 +23,89 @@ use std::time::Duration;
 use tokio::sync::broadcast::{self, error::RecvError};
 use trainyard_proto::TaskId;
 
-/// Most points held before they are written.
-pub const BATCH: usize = 1024;
+/// Longest a counted point waits before the thinner checks its task.
+pub const CHECK_EVERY: Duration = Duration::from_millis(500);
 
-/// Longest a heard point waits before it is written.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
+/// The point to store for a progress of `task`.
+pub fn point(task: TaskId, progress: &ProgressView) -> NewPoint {
+    NewPoint {
+        task,
+        attempt: progress.attempt,
+        episode: progress.episode,
+        episode_return: progress.episode_return,
+        metrics: progress.metrics.clone(),
+        at_ms: progress.at_ms,
+    }
+}
 
-/// Stores the progress points of the task events.
-pub struct Recorder {
+/// Keeps each task's stored history within its bound.
+pub struct Thinner {
     store: Store,
     events: broadcast::Receiver<TaskEvent>,
     /// Points stored per task with a live attempt, to know when to thin;
     /// forgotten when the task ends.
     counts: HashMap<TaskId, usize>,
-    buffer: Vec<NewPoint>,
+    /// Points stored since the last check, per task.
+    added: HashMap<TaskId, usize>,
     ended: Vec<TaskId>,
 }
 
-/// The point a progress event carries, if it is one.
-pub fn point(event: &TaskEvent) -> Option<NewPoint> {
-    if event.kind != EventKind::Progress {
-        return None;
-    }
-    let p = event.progress.as_ref()?;
-    Some(NewPoint {
-        task: event.task,
-        attempt: p.attempt,
-        episode: p.episode,
-        episode_return: p.episode_return,
-        metrics: p.metrics.clone(),
-        at_ms: p.at_ms,
-    })
-}
-
-impl Recorder {
-    /// Subscribes now: points published from here on are recorded.
+impl Thinner {
+    /// Subscribes now: points stored from here on are counted.
     pub fn new(store: Store, events: &Events) -> Self {
         Self {
             store,
             events: events.subscribe(),
             counts: HashMap::new(),
-            buffer: Vec::with_capacity(BATCH),
+            added: HashMap::new(),
             ended: vec![],
         }
     }
 
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(FLUSH_EVERY);
+        let mut tick = tokio::time::interval(CHECK_EVERY);
         loop {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 event = self.events.recv() => match event {
-                    Ok(event) => self.hear(&event).await,
+                    Ok(event) => self.hear(&event),
                     Err(RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "progress history fell behind the event stream; events missed");
+                        // The points are stored all the same; only the
+                        // counts are unsure: measure again from the store.
+                        tracing::debug!(missed, "the history's thinner fell behind the event stream; counting again");
+                        self.counts.clear();
                     }
                     Err(RecvError::Closed) => break,
                 },
-                _ = tick.tick() => self.flush().await,
+                _ = tick.tick() => self.check().await,
             }
         }
-        self.flush().await;
     }
 
-    async fn hear(&mut self, event: &TaskEvent) {
-        if let Some(p) = point(event) {
-            self.buffer.push(p);
+    fn hear(&mut self, event: &TaskEvent) {
+        if event.kind == EventKind::Progress && event.progress.is_some() {
+            *self.added.entry(event.task).or_default() += 1;
         } else if event.status.is_terminal() {
             self.ended.push(event.task);
         }
-        if self.buffer.len() >= BATCH {
-            self.flush().await;
-        }
     }
 
-    /// Writes the buffered points, then thins the tasks past the bound.
-    async fn flush(&mut self) {
-        if !self.buffer.is_empty() {
-            let points = std::mem::take(&mut self.buffer);
-            match self.store.insert_points(&points).await {
-                Ok(()) => self.bound(&points).await,
-                Err(e) => {
-                    tracing::warn!(error = %e, count = points.len(), "progress points not stored")
-                }
-            }
+    /// Thins the tasks that passed the bound since the last check.
+    async fn check(&mut self) {
+        let added = std::mem::take(&mut self.added);
+        if !added.is_empty() {
+            self.bound(added).await;
         }
         for task in self.ended.drain(..) {
             self.counts.remove(&task);
         }
     }
 
-    async fn bound(&mut self, points: &[NewPoint]) {
-        let mut added: HashMap<TaskId, usize> = HashMap::new();
-        for p in points {
-            *added.entry(p.task).or_default() += 1;
-        }
-        // Tasks seen for the first time are counted in one statement.
+    async fn bound(&mut self, added: HashMap<TaskId, usize>) {
+        // Tasks seen for the first time are counted in one statement; what
+        // they just gained is stored already, so it is in that count.
         let unknown: Vec<TaskId> = added
             .keys()
             .filter(|t| !self.counts.contains_key(t))

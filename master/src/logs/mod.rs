@@ -9,6 +9,11 @@
 //! writes what it heard in one transaction (at most every [`FLUSH_EVERY`],
 //! or once [`BATCH`] lines or [`BATCH_BYTES`] wait), trims the attempts past the bound, then
 //! tells followers which tasks have new lines.
+//!
+//! A host ships an attempt's last lines before its report, and a session
+//! hands the report on only after a [`LogFeed::barrier`] says those lines
+//! are stored: a task is never seen to end before its output is stored.
+//! Barriers that arrive together share one write.
 
 pub mod bound;
 
@@ -70,18 +75,35 @@ impl LogFeed {
         }
     }
 
+    /// Asks the recorder to store every batch offered before this call
+    /// (it writes them at once, with whatever else waits); the answer
+    /// resolves once they are stored, or the recorder has stopped. Waits
+    /// only for room in the recorder's queue.
+    pub async fn barrier(&self) -> Stored {
+        let (reply, done) = oneshot::channel();
+        let _ = self.intake.send(Intake::Sync(reply)).await;
+        Stored(done)
+    }
+
     /// Waits until every batch offered before this call is stored (or the
     /// recorder has stopped).
     pub async fn sync(&self) {
-        let (reply, done) = oneshot::channel();
-        if self.intake.send(Intake::Sync(reply)).await.is_ok() {
-            let _ = done.await;
-        }
+        self.barrier().await.wait().await;
     }
 
     /// Tasks with newly stored lines, from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<TaskId> {
         self.stored.subscribe()
+    }
+}
+
+/// The answer to [`LogFeed::barrier`].
+pub struct Stored(oneshot::Receiver<()>);
+
+impl Stored {
+    /// Resolves once the lines offered before the barrier are stored.
+    pub async fn wait(self) {
+        let _ = self.0.await;
     }
 }
 
@@ -154,21 +176,19 @@ impl Recorder {
                 biased;
                 _ = &mut shutdown => break,
                 item = self.intake.recv() => match item {
-                    Some(Intake::Batch(batch)) => {
-                        let key = (batch.attempt.task, batch.attempt.attempt);
-                        let (lines, dropped) = lines(batch);
-                        if dropped > 0 {
-                            *self.drops.entry(key).or_default() += dropped;
+                    Some(item) => {
+                        self.take(item).await;
+                        // What else waits joins this write: many barriers
+                        // (a report each) cost one transaction, not one each.
+                        for _ in 0..QUEUE {
+                            match self.intake.try_recv() {
+                                Ok(item) => self.take(item).await,
+                                Err(_) => break,
+                            }
                         }
-                        self.buffered_bytes += lines.iter().map(|l| l.text.len()).sum::<usize>();
-                        self.buffer.extend(lines);
-                        if self.buffer.len() >= BATCH || self.buffered_bytes >= BATCH_BYTES {
+                        if !self.waiting.is_empty() {
                             self.flush().await;
                         }
-                    }
-                    Some(Intake::Sync(reply)) => {
-                        self.waiting.push(reply);
-                        self.flush().await;
                     }
                     None => break,
                 },
@@ -176,6 +196,26 @@ impl Recorder {
             }
         }
         self.flush().await;
+    }
+
+    /// Buffers a batch (writing once the buffer is full), or notes a
+    /// barrier's waiter.
+    async fn take(&mut self, item: Intake) {
+        match item {
+            Intake::Batch(batch) => {
+                let key = (batch.attempt.task, batch.attempt.attempt);
+                let (lines, dropped) = lines(batch);
+                if dropped > 0 {
+                    *self.drops.entry(key).or_default() += dropped;
+                }
+                self.buffered_bytes += lines.iter().map(|l| l.text.len()).sum::<usize>();
+                self.buffer.extend(lines);
+                if self.buffer.len() >= BATCH || self.buffered_bytes >= BATCH_BYTES {
+                    self.flush().await;
+                }
+            }
+            Intake::Sync(reply) => self.waiting.push(reply),
+        }
     }
 
     /// Writes the buffered lines and drops, trims the attempts past the

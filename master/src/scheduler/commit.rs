@@ -123,6 +123,7 @@ impl Turn {
             sweeps: std::mem::take(&mut cycle.sweeps),
             writes,
             now_ms: now_ms(),
+            points: std::mem::take(&mut cycle.points),
         };
         Turn {
             cycle,

@@ -9,7 +9,7 @@ use super::tally::Counted;
 use super::SubmitError;
 use crate::events::TaskEvent;
 use crate::model::{NewTask, ProgressView, StoredCheckpoint};
-use crate::store::Write;
+use crate::store::{NewPoint, Write};
 use std::collections::HashMap;
 use tokio::sync::oneshot;
 use trainyard_proto::messages::MasterMessage;
@@ -72,6 +72,10 @@ pub struct Cycle {
     /// the batch, so that a report handled later in the same turn does not
     /// make them stale.
     pub progress: HashMap<TaskId, (AttemptRef, ProgressView, Option<StoredCheckpoint>)>,
+    /// Every progress point heard this turn, in order: stored with the
+    /// turn's writes, so a report ending a task commits with (never before)
+    /// the points that came ahead of it.
+    pub points: Vec<NewPoint>,
     pub dispatches: Vec<PlannedDispatch>,
     /// Messages to hosts, sent after the commit (dispatches excepted).
     pub messages: Vec<(HostId, SessionId, MasterMessage)>,
@@ -95,7 +99,10 @@ impl Cycle {
     }
 
     pub fn has_writes(&self) -> bool {
-        !self.writes.is_empty() || !self.inserts.is_empty() || !self.progress.is_empty()
+        !self.writes.is_empty()
+            || !self.inserts.is_empty()
+            || !self.progress.is_empty()
+            || !self.points.is_empty()
     }
 
     pub fn is_empty(&self) -> bool {

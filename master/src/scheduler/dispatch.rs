@@ -75,6 +75,7 @@ impl Scheduler {
                     max_attempts: task.max_attempts,
                     submitted: task.submitted,
                     assignment_unknown: false,
+                    last_progress: None,
                 },
             );
             cycle.events.push(self.event(

@@ -20,8 +20,7 @@
 use super::cycle::Cycle;
 use super::state::{Host, KnownHost, SessionId};
 use super::{Admission, Scheduler};
-use crate::events::{EventKind, TaskEvent};
-use crate::model::{HostRecord, ProgressView, StoredCheckpoint, TaskStatus};
+use crate::model::{HostRecord, TaskStatus};
 use crate::placement::Need;
 use crate::store::Write;
 use std::collections::{HashMap, HashSet};
@@ -29,9 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use trainyard_proto::messages::{
-    AdapterInfo, Hello, HostMessage, MasterMessage, RunningAttempt, MAX_PROGRESS_BATCH,
-};
+use trainyard_proto::messages::{AdapterInfo, Hello, HostMessage, MasterMessage, RunningAttempt};
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::{now_ms, AttemptRef, HostId};
 
@@ -315,30 +312,7 @@ impl Scheduler {
             HostMessage::Rejected { attempt, reason } => {
                 self.rejected(host, attempt, reason, cycle)
             }
-            HostMessage::Progress(update) => {
-                let Some(live) = self.state.current(update.attempt, host) else {
-                    return;
-                };
-                let (status, attempt) = (live.status, live.attempt);
-                let now = now_ms();
-                let view = ProgressView::from_progress(attempt, &update.progress, now);
-                let checkpoint = update.checkpoint.map(|checkpoint| StoredCheckpoint {
-                    attempt,
-                    checkpoint,
-                });
-                // Every event of the batch goes out (the progress history
-                // stores them all); the task row keeps the newest.
-                let skip = update.earlier.len().saturating_sub(MAX_PROGRESS_BATCH - 1);
-                let earlier = update.earlier.iter().skip(skip);
-                for p in earlier.chain(std::iter::once(&update.progress)) {
-                    cycle.events.push(TaskEvent {
-                        kind: EventKind::Progress,
-                        progress: Some(ProgressView::from_progress(attempt, p, now)),
-                        ..self.event(update.attempt.task, status, attempt, Some(host))
-                    });
-                }
-                cycle.progress(update.attempt, view, checkpoint);
-            }
+            HostMessage::Progress(update) => self.progress(host, update, cycle),
             HostMessage::Report(report) => {
                 if &report.host != host {
                     tracing::warn!(%host, claimed = %report.host, attempt = %report.attempt, "host sent a report in another host's name; ignored");

@@ -16,7 +16,8 @@
 //! Modules: [`queue`] (pending tasks), [`state`] (the in-memory picture),
 //! [`counts`] (tasks by status, without asking the database),
 //! [`cycle`] (one turn's effects), [`snapshot`] (what the API reads),
-//! `hosts` (admission, sessions and their messages), `reports` (recording
+//! `hosts` (admission, sessions and their messages), `progress` (an
+//! attempt's progress and its history), `reports` (recording
 //! an attempt's end), [`plan`] (which task goes where, pure), `dispatch`
 //! (turning the plan into writes), `commit` (a turn's transaction and
 //! what follows it), `recover` (the sweep and start-up reconciliation).
@@ -27,6 +28,7 @@ pub mod cycle;
 mod dispatch;
 mod hosts;
 pub mod plan;
+mod progress;
 pub mod queue;
 mod recover;
 mod reports;
@@ -38,6 +40,7 @@ pub use recover::{ReconcileStats, RecoveryCosts, SweepStats};
 pub use snapshot::{Snapshot, SnapshotReader};
 
 use crate::events::{EventKind, Events, TaskEvent};
+use crate::logs::LogFeed;
 use crate::model::{NewTask, TaskStatus};
 use crate::placement::{self, RouteError};
 use crate::search::{NewSweep, SweepId};
@@ -311,7 +314,9 @@ pub struct SchedulerConfig {
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost
 /// its data (its epoch key changed or vanished) missing leases prove nothing
-/// until hosts have had a full lease TTL to write them again.
+/// until hosts have had a full lease TTL and a heartbeat to write them
+/// again — a window that starts in Redis with the new epoch, so it also
+/// binds a master that starts inside it.
 struct Epoch {
     known: Option<String>,
     distrust_until: Option<Instant>,
@@ -329,6 +334,9 @@ pub struct Scheduler {
     redis: Arc<RedisLink>,
     keys: Keys,
     events: Events,
+    /// Where hosts' log lines are stored: a report taken from Redis waits
+    /// until the lines that reached the master before it are stored.
+    logs: LogFeed,
     config: SchedulerConfig,
     rx: mpsc::Receiver<Command>,
     epoch: Epoch,
@@ -366,6 +374,7 @@ impl Scheduler {
         redis: Arc<RedisLink>,
         keys: Keys,
         events: Events,
+        logs: LogFeed,
         config: SchedulerConfig,
     ) -> Result<(Scheduler, SchedulerHandle), crate::store::StoreError> {
         let (tx, rx) = mpsc::channel(config.max_batch.max(64) * 4);
@@ -402,6 +411,7 @@ impl Scheduler {
             redis,
             keys,
             events,
+            logs,
             config,
             rx,
             epoch: Epoch {

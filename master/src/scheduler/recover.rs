@@ -196,15 +196,24 @@ impl Scheduler {
         let now = Instant::now();
         let grace = self.config.timers.report_resend_interval;
         let mut left = HashMap::new();
+        let mut taken = vec![];
         for report in snapshot.reports {
             let connected = self.state.hosts.contains_key(&report.host);
             let seen = self.reports_left.get(&report.attempt).copied();
             let waited = seen.map(|at| now.duration_since(at));
             if recovery::take_redis_report(connected, waited, grace) {
-                self.report(report, None, cycle);
+                taken.push(report);
             } else {
                 left.insert(report.attempt, seen.unwrap_or(now));
             }
+        }
+        if !taken.is_empty() {
+            // The lines its host shipped before its connection ended are
+            // stored before a report ends its task.
+            self.logs.sync().await;
+        }
+        for report in taken {
+            self.report(report, None, cycle);
         }
         self.reports_left = left;
         if !snapshot.dangling.is_empty() || !snapshot.garbage.is_empty() {
@@ -286,51 +295,64 @@ impl Scheduler {
         self.redis_ok = false;
     }
 
-    /// Notices when Redis lost its data, and then distrusts missing leases for
-    /// a lease TTL plus a heartbeat, the time live hosts need to rebuild them.
-    /// Returns the round trips made: 1 if the epoch had to be written, else 0.
+    /// Notices when Redis lost its data, and distrusts missing leases for a
+    /// lease TTL plus a heartbeat, the time live hosts need to rebuild them:
+    /// the window starts in Redis with the new epoch
+    /// ([`sweep::ensure_epoch`]), so a master that starts inside it (a
+    /// restart, a standby taking over) waits it out too
+    /// ([`recovery::leases_distrusted_until`]). Returns the round trips
+    /// made: 1 if the epoch had to be written, else 0.
     async fn observe_epoch(
         &mut self,
-        seen: Option<String>,
+        seen: sweep::EpochSeen,
         con: &mut redis::aio::ConnectionManager,
     ) -> u32 {
-        let lost = match (&self.epoch.known, &seen) {
-            (_, None) => true,
-            (Some(known), Some(seen)) => known != seen,
-            (None, Some(_)) => false,
-        };
-        let current = match seen {
-            Some(s) if !lost => s,
-            _ => match sweep::ensure_epoch(con, &self.keys).await {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not write the Redis epoch");
-                    return 1;
+        let t = &self.config.timers;
+        let wait = t.lease_ttl + t.heartbeat_interval;
+        // With no live task no lease can have been lost: a first use of
+        // Redis (or a loss while idle) needs no wait, and every lease taken
+        // from now on belongs to the new epoch.
+        let live = !self.state.live.is_empty();
+        let change = recovery::epoch_change(self.epoch.known.as_deref(), seen.epoch.as_deref());
+        let (seen, round_trips) = match change {
+            recovery::EpochChange::Lost => {
+                match sweep::ensure_epoch(con, &self.keys, live.then_some(wait)).await {
+                    Ok(written) => (written, 1),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not write the Redis epoch");
+                        (seen, 1)
+                    }
                 }
-            },
-        };
-        let round_trips = u32::from(lost);
-        if lost {
-            let t = &self.config.timers;
-            let wait = t.lease_ttl + t.heartbeat_interval;
-            // With no live task no lease can have been lost: a first use of
-            // Redis (or a loss while idle) needs no wait, and every lease
-            // taken from now on belongs to the new epoch.
-            let live = !self.state.live.is_empty();
-            self.epoch = Epoch {
-                known: Some(current),
-                distrust_until: live.then(|| Instant::now() + wait),
-            };
-            if live {
-                tracing::warn!(
-                    live = self.state.live.len(),
-                    wait_ms = wait.as_millis() as u64,
-                    "Redis holds no epoch: it lost its data (or this is its first use); missing leases are not trusted until hosts have rebuilt them"
-                );
             }
-        } else {
-            self.epoch.known = Some(current);
+            _ => (seen, 0),
+        };
+        let now = Instant::now();
+        let was_trusted = self.epoch.trustworthy(now);
+        let until = recovery::leases_distrusted_until(
+            now,
+            self.epoch.distrust_until,
+            change,
+            seen.grace_left,
+            live,
+            wait,
+        );
+        if change != recovery::EpochChange::Kept && live {
+            tracing::warn!(
+                live = self.state.live.len(),
+                wait_ms = wait.as_millis() as u64,
+                "Redis holds no epoch, or another than this master knew: it lost its data (or this is its first use); missing leases are not trusted until hosts have rebuilt them"
+            );
+        } else if was_trusted && until.is_some() {
+            tracing::warn!(
+                live = self.state.live.len(),
+                left_ms = seen.grace_left.map_or(0, |l| l.as_millis() as u64),
+                "Redis lost its data a short while ago (its epoch's grace is still running); missing leases are not trusted until hosts have rebuilt them"
+            );
         }
+        self.epoch = Epoch {
+            known: seen.epoch.or(self.epoch.known.take()),
+            distrust_until: until,
+        };
         round_trips
     }
 
@@ -346,11 +368,7 @@ impl Scheduler {
                 // Redis without one (first use, or data lost while nothing
                 // ran) is trusted at once, and the first dispatches take
                 // their leases in the epoch written here.
-                let seen: redis::RedisResult<Option<String>> = redis::cmd("GET")
-                    .arg(self.keys.epoch())
-                    .query_async(&mut con)
-                    .await;
-                if let Ok(seen) = seen {
+                if let Ok(seen) = sweep::read_epoch(&mut con, &self.keys).await {
                     self.observe_epoch(seen, &mut con).await;
                 }
                 meter

@@ -34,6 +34,7 @@ impl Scheduler {
                 // It ran to the end before its acceptance was recorded.
                 self.mark_running(attempt, report.slot, Some(report.assignment.clone()), cycle);
             }
+            self.final_progress(&report, cycle);
             let live = self.state.live.get(&attempt.task).cloned().unwrap_or(live);
             let decision = recovery::report(&live.view(), &report);
             tracing::info!(

@@ -9,7 +9,7 @@
 //! the host says that attempt holds).
 
 use super::queue::{Queue, Queued};
-use crate::model::TaskStatus;
+use crate::model::{ProgressView, TaskStatus};
 use crate::placement::{Catalog, HostView, Need, Reservation, Room, Route};
 use crate::recovery::LiveTask;
 use crate::store::{LiveTask as StoredLive, QueuedTask};
@@ -47,6 +47,9 @@ pub struct Live {
     /// Started from its lease alone: the assignment its host gave it is
     /// recorded when the host next names the attempt.
     pub assignment_unknown: bool,
+    /// The newest progress of this attempt the master has heard, so the
+    /// final progress a report carries is stored only if it was missed.
+    pub last_progress: Option<ProgressView>,
 }
 
 impl Live {
@@ -206,6 +209,7 @@ impl State {
                 max_attempts: t.max_attempts,
                 submitted: None,
                 assignment_unknown: false,
+                last_progress: t.progress,
             };
             self.assign(t.id, live);
         }
@@ -329,6 +333,7 @@ mod tests {
             max_attempts: 3,
             submitted: None,
             assignment_unknown: false,
+            last_progress: None,
         };
         state.assign(7, live);
         assert_eq!(

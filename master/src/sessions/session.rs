@@ -4,11 +4,13 @@
 //! it, a connection silent for `idle_timeout` is closed, and so is one that
 //! sends a frame that does not decode (framing may be lost). Messages go to the scheduler, which decides;
 //! replies come back through this connection's own outbox. Log batches go
-//! to the log recorder instead ([`crate::logs`]).
+//! to the log recorder instead ([`crate::logs`]); a report goes on to the
+//! scheduler only once the lines shipped before it are stored.
 
 use super::handshake::{check_certificate, check_hello, HandshakeRefusal};
 use super::listener::ListenerConfig;
 use super::transport::{self, HostStream, Transport};
+use crate::logs::Stored;
 use crate::scheduler::{Admission, Command, SchedulerHandle};
 use futures::{SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -99,7 +101,7 @@ pub async fn run(
         return;
     }
 
-    let (mut sink, mut stream) = frames.split();
+    let (mut sink, stream) = frames.split();
     let writer = async {
         while let Some(message) = outgoing.recv().await {
             // A turn's messages to this host go out in one write: flushed
@@ -114,51 +116,17 @@ pub async fn run(
             }
         }
     };
-    let reader = async {
-        loop {
-            let next = match tokio::time::timeout(config.timers.idle_timeout, stream.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    tracing::warn!(%host, %addr, "host silent for longer than the idle timeout; closing");
-                    break;
-                }
-            };
-            let message = match next {
-                None => break,
-                Some(Ok(HostMessage::Logs(batch))) => {
-                    // Stored by the log recorder, never queued behind (or
-                    // ahead of) the scheduler's work.
-                    config.logs.offer(batch);
-                    continue;
-                }
-                Some(Ok(HostMessage::Adapters { adapters })) => {
-                    if let Err(e) = super::handshake::check_adapters(&adapters) {
-                        tracing::warn!(%host, %addr, error = %e, "invalid adapters from host; closing the connection");
-                        break;
-                    }
-                    HostMessage::Adapters { adapters }
-                }
-                Some(Ok(m)) => m,
-                Some(Err(e)) => {
-                    tracing::warn!(%host, %addr, error = %e, "bad frame from host; closing the connection");
-                    break;
-                }
-            };
-            let command = Command::Message {
-                host: host.clone(),
-                session,
-                message,
-            };
-            if scheduler.send(command).await.is_err() {
-                break;
-            }
-        }
-    };
+    // The reader hands messages to the forwarder in order; the forwarder
+    // holds a report back until the lines that came before it are stored.
+    let (to_forward, forwarding) = mpsc::channel(FORWARD_QUEUE);
+    let reader = read(stream, &host, addr, config, to_forward);
+    let forwarder = forward(forwarding, &scheduler, &host, session);
     // Either side ending ends the connection; the scheduler dropping the
-    // outbox (a replaced or evicted connection) ends the writer.
+    // outbox (a replaced or evicted connection) ends the writer. What was
+    // read before the connection ended reaches the scheduler first.
     tokio::select! {
         _ = writer => {}
-        _ = reader => {}
+        _ = async { tokio::join!(reader, forwarder) } => {}
     }
     let _ = scheduler
         .send(Command::Disconnected {
@@ -166,6 +134,98 @@ pub async fn run(
             session,
         })
         .await;
+}
+
+/// Messages read from a host and not yet handed to the scheduler.
+const FORWARD_QUEUE: usize = 256;
+
+/// A message on its way to the scheduler, with what it waits for.
+struct Forward {
+    message: HostMessage,
+    /// For a report: the log lines shipped before it, being stored.
+    lines_stored: Option<Stored>,
+}
+
+/// Reads the host's messages until the connection ends, goes silent or
+/// sends a bad frame. Log batches go straight to the log recorder;
+/// everything else goes to `forward`, in order.
+async fn read(
+    mut stream: futures::stream::SplitStream<HostFrames>,
+    host: &HostId,
+    addr: SocketAddr,
+    config: &ListenerConfig,
+    forward: mpsc::Sender<Forward>,
+) {
+    loop {
+        let next = match tokio::time::timeout(config.timers.idle_timeout, stream.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                tracing::warn!(%host, %addr, "host silent for longer than the idle timeout; closing");
+                break;
+            }
+        };
+        let (message, lines_stored) = match next {
+            None => break,
+            Some(Ok(HostMessage::Logs(batch))) => {
+                // Stored by the log recorder, never queued behind (or
+                // ahead of) the scheduler's work.
+                config.logs.offer(batch);
+                continue;
+            }
+            Some(Ok(HostMessage::Report(report))) => {
+                // The host ships an attempt's last lines before its report:
+                // they are stored before the report can end the task.
+                let stored = config.logs.barrier().await;
+                (HostMessage::Report(report), Some(stored))
+            }
+            Some(Ok(HostMessage::Adapters { adapters })) => {
+                if let Err(e) = super::handshake::check_adapters(&adapters) {
+                    tracing::warn!(%host, %addr, error = %e, "invalid adapters from host; closing the connection");
+                    break;
+                }
+                (HostMessage::Adapters { adapters }, None)
+            }
+            Some(Ok(m)) => (m, None),
+            Some(Err(e)) => {
+                tracing::warn!(%host, %addr, error = %e, "bad frame from host; closing the connection");
+                break;
+            }
+        };
+        let item = Forward {
+            message,
+            lines_stored,
+        };
+        if forward.send(item).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Hands the host's messages to the scheduler in the order they came, each
+/// report once the lines before it are stored.
+async fn forward(
+    mut forwarding: mpsc::Receiver<Forward>,
+    scheduler: &SchedulerHandle,
+    host: &HostId,
+    session: u64,
+) {
+    while let Some(Forward {
+        message,
+        lines_stored,
+    }) = forwarding.recv().await
+    {
+        if let Some(stored) = lines_stored {
+            stored.wait().await;
+        }
+        let command = Command::Message {
+            host: host.clone(),
+            session,
+            message,
+        };
+        if scheduler.send(command).await.is_err() {
+            break;
+        }
+    }
 }
 
 /// Who is at the other end, as the transport knows it.

@@ -1,5 +1,6 @@
 //! The batch transaction: new tasks first, then the writes, grouped by
-//! [`batch::plan`] into multi-row compare-and-set statements.
+//! [`batch::plan`] into multi-row compare-and-set statements, then the
+//! turn's progress points.
 //!
 //! Each task statement updates only the rows still in the state the write
 //! expects (status and attempt) and returns their ids: those writes applied,
@@ -59,7 +60,7 @@ impl Executed {
 }
 
 pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
-    if batch.inserts.is_empty() && batch.writes.is_empty() {
+    if batch.inserts.is_empty() && batch.writes.is_empty() && batch.points.is_empty() {
         return Ok(Executed {
             tx: None,
             result: BatchResult::default(),
@@ -105,6 +106,7 @@ pub(super) async fn execute(store: &Store, batch: &Batch) -> Result<Executed> {
             }
         }
     }
+    super::points::insert(&mut *writer.conn, backend, &batch.points).await?;
     let payloads = std::mem::take(&mut writer.payloads);
     Ok(Executed {
         tx: Some(tx),

@@ -27,6 +27,10 @@ pub struct Batch {
     pub writes: Vec<Write>,
     /// The turn's clock; every timestamp the batch writes is this one.
     pub now_ms: i64,
+    /// The progress points heard this turn, stored with its writes: a
+    /// report that ends a task never commits before the points that came
+    /// ahead of it.
+    pub points: Vec<super::NewPoint>,
 }
 
 /// What a batch did.

@@ -1,6 +1,6 @@
-//! The progress history (`progress_points`): stored by the recorder
-//! ([`crate::history`]), thinned past its bound, read by
-//! `GET /v1/tasks/{id}/progress`.
+//! The progress history (`progress_points`): stored with the scheduler's
+//! turn that heard the points ([`super::Batch::points`]), thinned past its
+//! bound ([`crate::history`]), read by `GET /v1/tasks/{id}/progress`.
 
 use super::values::{self, Col, Param};
 use super::{Result, Store, StoreError};
@@ -63,39 +63,54 @@ fn id(task: TaskId) -> i64 {
     i64::try_from(task).unwrap_or(i64::MAX)
 }
 
+/// Stores `points` on `conn`, within the caller's transaction (the
+/// scheduler's turn, see [`super::Batch::points`]), many rows per
+/// statement.
+pub(super) async fn insert(
+    conn: &mut sqlx::AnyConnection,
+    backend: super::Backend,
+    points: &[NewPoint],
+) -> Result<()> {
+    let metrics: Vec<String> = points
+        .iter()
+        .map(|p| serde_json::to_string(&p.metrics).unwrap_or_else(|_| "{}".into()))
+        .collect();
+    let rows: Vec<Vec<Param<'_>>> = points
+        .iter()
+        .zip(&metrics)
+        .enumerate()
+        .map(|(n, (p, metrics))| {
+            let episode_return = p.episode_return.filter(|r| r.is_finite());
+            vec![
+                Param::int(n as i64),
+                Param::int(id(p.task)),
+                Param::int(p.attempt),
+                Param::Int(p.episode.and_then(|e| i64::try_from(e).ok())),
+                Param::int(i64::from(episode_return.is_some())),
+                Param::Real(episode_return.unwrap_or(0.0)),
+                Param::text(metrics),
+                Param::int(p.at_ms),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    values::run(conn, backend, INSERT, &INSERT_COLS, &rows, None)
+        .await
+        .map_err(StoreError::db("store progress points"))?;
+    Ok(())
+}
+
 impl Store {
     /// Stores `points` in one transaction, many rows per statement.
     pub async fn insert_points(&self, points: &[NewPoint]) -> Result<()> {
-        let what = "store progress points";
-        let metrics: Vec<String> = points
-            .iter()
-            .map(|p| serde_json::to_string(&p.metrics).unwrap_or_else(|_| "{}".into()))
-            .collect();
-        let rows: Vec<Vec<Param<'_>>> = points
-            .iter()
-            .zip(&metrics)
-            .enumerate()
-            .map(|(n, (p, metrics))| {
-                let episode_return = p.episode_return.filter(|r| r.is_finite());
-                vec![
-                    Param::int(n as i64),
-                    Param::int(id(p.task)),
-                    Param::int(p.attempt),
-                    Param::Int(p.episode.and_then(|e| i64::try_from(e).ok())),
-                    Param::int(i64::from(episode_return.is_some())),
-                    Param::Real(episode_return.unwrap_or(0.0)),
-                    Param::text(metrics),
-                    Param::int(p.at_ms),
-                ]
-            })
-            .collect();
-        if rows.is_empty() {
+        if points.is_empty() {
             return Ok(());
         }
+        let what = "store progress points";
         let mut tx = self.write_tx(what).await?;
-        values::run(&mut tx, self.backend, INSERT, &INSERT_COLS, &rows, None)
-            .await
-            .map_err(StoreError::db(what))?;
+        insert(&mut tx, self.backend, points).await?;
         tx.commit().await.map_err(StoreError::db(what))
     }
 

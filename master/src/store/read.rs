@@ -4,7 +4,7 @@
 
 use super::values::{self, Param};
 use super::{json, rows, Backend, Result, Store, StoreError};
-use crate::model::{HostRecord, StoredCheckpoint, Task, TaskDetail, TaskStatus};
+use crate::model::{HostRecord, ProgressView, StoredCheckpoint, Task, TaskDetail, TaskStatus};
 use std::collections::BTreeMap;
 use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::resources::ResourceRequest;
@@ -45,6 +45,8 @@ pub struct LiveTask {
     pub cancel_requested: bool,
     pub runs: u32,
     pub max_attempts: u32,
+    /// The newest progress stored for its current attempt.
+    pub progress: Option<ProgressView>,
 }
 
 /// What a Dispatch message carries besides the attempt.

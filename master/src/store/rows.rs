@@ -31,7 +31,7 @@ pub(super) const QUEUED_COLUMNS: &str =
     "id, adapter, adapter_version, kind, resources, priority, attempt, runs, max_attempts";
 
 pub(super) const LIVE_COLUMNS: &str =
-    "id, adapter, adapter_version, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts";
+    "id, adapter, adapter_version, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts, progress";
 
 pub(super) const PAYLOAD_COLUMNS: &str =
     "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
@@ -270,6 +270,7 @@ pub(super) fn live(row: &AnyRow) -> Result<LiveTask> {
         cancel_requested: c.flag("cancel_requested")?,
         runs: c.u32("runs")?,
         max_attempts: c.u32("max_attempts")?,
+        progress: c.json("progress")?,
     })
 }
 

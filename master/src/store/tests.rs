@@ -169,6 +169,7 @@ async fn submit(store: &Store, tasks: Vec<NewTask>) -> Vec<TaskId> {
             inserts: tasks,
             writes: vec![],
             now_ms: NOW,
+            points: vec![],
         })
         .await
         .expect("insert tasks");
@@ -184,6 +185,7 @@ async fn apply(store: &Store, now_ms: i64, writes: Vec<Write>) -> Vec<bool> {
             inserts: vec![],
             writes,
             now_ms,
+            points: vec![],
         })
         .await
         .expect("apply writes");
@@ -583,6 +585,7 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
                 start(id, 2, 1),
             ],
             now_ms: NOW + 3,
+            points: vec![],
         })
         .await
         .unwrap();
@@ -749,6 +752,7 @@ async fn one_batch_mixes_applied_and_refused_writes_in_order(store: Store) {
                 dispatch(ids[1], 0, "gpu-2"),
             ],
             now_ms: NOW + 1,
+            points: vec![],
         })
         .await
         .unwrap();
@@ -798,6 +802,7 @@ async fn a_failed_batch_leaves_nothing_behind(store: Store) {
                 dispatch(ids[1], 0, "poison"),
             ],
             now_ms: NOW + 1,
+            points: vec![],
         })
         .await
         .expect_err("the poisoned attempt insert fails the batch");
@@ -1053,6 +1058,7 @@ async fn ten_thousand_tasks_through_a_full_cycle(store: Store) {
             inserts: vec![],
             writes: dispatches,
             now_ms: NOW + 1,
+            points: vec![],
         })
         .await
         .unwrap();
@@ -1177,6 +1183,7 @@ async fn resources_and_assignments_are_kept_with_tasks_and_attempts(store: Store
             inserts: vec![],
             writes: vec![dispatch(id, 0, "gpu-1")],
             now_ms: NOW + 1,
+            points: vec![],
         })
         .await
         .unwrap();
@@ -1543,6 +1550,7 @@ async fn a_deposed_leaders_writes_are_refused_by_term_and_change_nothing() {
             inserts: vec![new_task("ppo", 0)],
             sweeps: vec![],
             writes: vec![dispatch(kept[0], 0, "h1")],
+            points: vec![],
         })
         .await;
     assert!(
@@ -1605,6 +1613,7 @@ async fn a_batch_run_while_the_one_before_commits_waits_for_its_rows() {
         inserts: vec![],
         writes,
         now_ms,
+        points: vec![],
     };
     let [a, b] = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await[..] else {
         unreachable!()

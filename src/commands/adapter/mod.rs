@@ -3,6 +3,7 @@
 //! on this machine exactly as a host would; `check` runs the conformance
 //! suite against an adapter's fresh instances.
 
+pub mod cache;
 pub mod check;
 pub mod new;
 pub mod run;
@@ -43,6 +44,8 @@ pub async fn run(
     source: &Source,
     args: AdapterArgs,
 ) -> anyhow::Result<ExitCode> {
+    // What they compile goes to the user's cache, not into the project.
+    let settings = &cache::for_tools(settings, source);
     match args.command {
         AdapterCommand::New(args) => new::run(args).map(|()| ExitCode::SUCCESS),
         AdapterCommand::Run(args) => run::run(settings, source, args).await,

@@ -65,6 +65,8 @@ const PYTHON: &[TemplateFile] = template!("python":
     "README.md" => "README.md",
     ".gitignore" => ".gitignore",
     "app.py" => "app.py",
+    "logic.py" => "logic.py",
+    "test_logic.py" => "test_logic.py",
     "trainer.py" => "trainer.py",
 );
 
@@ -120,6 +122,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     println!("next:");
     println!("  cd {}", dir.display());
     println!("  make          # build dist/{}.wasm", args.name);
+    println!("  make test     # the adapter's own unit tests");
     println!("  make check    # trainyard adapter check");
     println!("  make run      # trainyard adapter run: one attempt on this machine");
     println!("README.md there says how to ship it to hosts.");

@@ -1,17 +1,21 @@
 //! `trainyard sweep`: creates a sweep from flags or a spec file (JSON or
-//! TOML, flags over the file), `trainyard sweep show ID` ranks its
-//! configurations over seeds, `trainyard sweep cancel ID` cancels its
-//! unfinished trials. `trainyard sweeps` lists them.
+//! TOML, flags over the file) and with `--wait` follows its trials to their
+//! end (the flags it shares with `submit` are [`super::task_flags`]);
+//! `trainyard sweep show ID` ranks its configurations over seeds and lists
+//! its trials; `trainyard sweep cancel ID` cancels its unfinished trials.
+//! `trainyard sweeps` lists them.
 
-use super::format::{self, or_dash};
-use super::table::plain;
+mod show;
+
+pub use show::{counts, ranking_table, render_sweep, shortfall, trials_table};
+
+use super::follow;
+use super::task_flags::TaskFlags;
 use crate::client::ApiClient;
 use anyhow::{bail, Context};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
-use trainyard_master::search::ranking::TrialState;
 use trainyard_master::search::spec::{scalar, Distribution};
-use trainyard_master::search::{SweepDetail, SweepState, SweepSummary};
 
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -48,15 +52,6 @@ pub struct CreateArgs {
     /// The adapter that runs the trials (e.g. python-trainer)
     #[arg(long, value_name = "NAME")]
     pub adapter: Option<String>,
-    /// One of the adapter's task kinds [default: the adapter's first]
-    #[arg(long)]
-    pub kind: Option<String>,
-    /// A name for the sweep (its trials get it too)
-    #[arg(long)]
-    pub name: Option<String>,
-    /// A parameter every trial gets, KEY=VALUE (VALUE read as JSON when it is JSON); repeatable
-    #[arg(long = "param", value_name = "KEY=VALUE")]
-    pub param: Vec<String>,
     /// Values to try, KEY=V1,V2,...; every combination of the grids is tried; repeatable
     #[arg(long, value_name = "KEY=V1,V2")]
     pub grid: Vec<String>,
@@ -69,9 +64,6 @@ pub struct CreateArgs {
     /// Trials per configuration, each with its own seed [default: 1]
     #[arg(long, value_name = "N")]
     pub seeds: Option<u32>,
-    /// The first seed; the others follow [default: 0]
-    #[arg(long, value_name = "K", allow_negative_numbers = true)]
-    pub seed_from: Option<i64>,
     /// The parameter that carries a trial's seed [default: seed]
     #[arg(long, value_name = "NAME")]
     pub seed_param: Option<String>,
@@ -93,27 +85,11 @@ pub struct CreateArgs {
     /// With --stop-at: the fraction of configurations kept at each milestone [default: 0.5]
     #[arg(long, value_name = "FRACTION", requires = "stop_at")]
     pub keep: Option<f64>,
-    /// Priority of every trial [default: 0]
-    #[arg(long, value_name = "N", allow_negative_numbers = true)]
-    pub priority: Option<i32>,
-    /// Runs started on a host before a trial fails for good
-    #[arg(long, value_name = "N")]
-    pub max_attempts: Option<u32>,
-    /// Wall-clock limit of each run of a trial, in seconds
-    #[arg(long = "timeout", value_name = "SECS")]
-    pub timeout_secs: Option<u64>,
-    /// CPUs each trial needs on its host
-    #[arg(long, value_name = "N")]
-    pub cpus: Option<f64>,
-    /// Memory each trial needs: bytes, or with a unit (512MiB, 4GiB)
-    #[arg(long, value_name = "SIZE", value_parser = super::submit::parse_memory)]
-    pub memory: Option<u64>,
-    /// GPUs each trial needs on one host
-    #[arg(long, value_name = "N")]
-    pub gpus: Option<u32>,
     /// Print the master's answer as JSON
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub trials: TaskFlags,
 }
 
 /// Reads a spec file: TOML for `.toml`, JSON otherwise.
@@ -167,12 +143,8 @@ impl CreateArgs {
             Some(path) => read_spec_file(path)?,
             None => Map::new(),
         };
-        let params = self
-            .param
-            .iter()
-            .map(|p| key_value("param", p).map(|(k, v)| (k.to_string(), scalar(v))))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        merge(&mut spec, "params", params);
+        let t = &self.trials;
+        merge(&mut spec, "params", t.param.clone());
         let grid = self
             .grid
             .iter()
@@ -201,17 +173,17 @@ impl CreateArgs {
             }
         };
         set("adapter", self.adapter.clone().map(Value::from));
-        set("kind", self.kind.clone().map(Value::from));
-        set("name", self.name.clone().map(Value::from));
+        set("kind", t.kind.clone().map(Value::from));
+        set("name", t.name.clone().map(Value::from));
         set("samples", self.samples.map(Value::from));
         set("seeds", self.seeds.map(Value::from));
-        set("seed_from", self.seed_from.map(Value::from));
+        set("seed_from", t.seed_from.map(Value::from));
         set("seed_param", self.seed_param.clone().map(Value::from));
         set("sweep_seed", self.sweep_seed.map(Value::from));
         set("metric", self.metric.clone().map(Value::from));
-        set("priority", self.priority.map(Value::from));
-        set("max_attempts", self.max_attempts.map(Value::from));
-        set("timeout_secs", self.timeout_secs.map(Value::from));
+        set("priority", t.priority.map(Value::from));
+        set("max_attempts", t.max_attempts.map(Value::from));
+        set("timeout_secs", t.timeout_secs.map(Value::from));
         if self.max || self.min {
             set(
                 "direction",
@@ -225,19 +197,7 @@ impl CreateArgs {
             }
             set("early_stopping", Some(es));
         }
-        if self.cpus.is_some() || self.memory.is_some() || self.gpus.is_some() {
-            let mut r = Map::new();
-            if let Some(c) = self.cpus {
-                r.insert("cpus".into(), c.into());
-            }
-            if let Some(m) = self.memory {
-                r.insert("memory".into(), m.into());
-            }
-            if let Some(g) = self.gpus {
-                r.insert("gpus".into(), g.into());
-            }
-            set("resources", Some(Value::Object(r)));
-        }
+        set("resources", t.resources());
         for required in ["adapter", "metric"] {
             if !spec.contains_key(required) {
                 bail!("a sweep needs --{required} (or \"{required}\" in --file)");
@@ -264,140 +224,52 @@ pub async fn run(client: &ApiClient, args: SweepArgs) -> anyhow::Result<()> {
                 answer["cancelled"], answer["cancel_requested"]
             );
         }
-        None => {
-            let spec = args.create.spec()?;
-            let created = client.create_sweep(&spec).await?;
-            if args.create.json {
-                println!("{}", serde_json::to_string_pretty(&created)?);
-            } else {
-                println!(
-                    "sweep {}: {} configurations, {} trials (tasks {}..{})",
-                    created.id,
-                    created.configs,
-                    created.trials,
-                    created.tasks.first().copied().unwrap_or_default(),
-                    created.tasks.last().copied().unwrap_or_default(),
-                );
-                if !created.metric_checked {
-                    println!(
-                        "note: the adapter declares no result metrics and none of its tasks has \
-                         completed yet, so the metric could not be checked against what it reports"
-                    );
-                }
-                println!("follow it with: trainyard sweep show {}", created.id);
-            }
-        }
+        None => create(client, &args.create).await?,
     }
     Ok(())
 }
 
-/// Trial counts by state, e.g. `3 completed, 2 running, 1 stopped early`.
-pub fn counts(summary: &SweepSummary) -> String {
-    let label = |s: &TrialState| match s {
-        TrialState::Pending => "pending",
-        TrialState::Running => "running",
-        TrialState::Completed => "completed",
-        TrialState::MissingMetric => "completed without the metric",
-        TrialState::Failed => "failed",
-        TrialState::Cancelled => "cancelled",
-        TrialState::StoppedEarly => "stopped early",
+/// Creates the sweep; with `--wait`, follows its trials until they have
+/// all ended and prints the sweep as `sweep show` does.
+async fn create(client: &ApiClient, args: &CreateArgs) -> anyhow::Result<()> {
+    let spec = args.spec()?;
+    // Listen before creating, so not even the first dispatch is missed.
+    let stream = match args.trials.wait {
+        true => Some(follow::open(client, None).await?),
+        false => None,
     };
-    let parts: Vec<String> = summary
-        .counts
-        .iter()
-        .map(|(s, n)| format!("{n} {}", label(s)))
-        .collect();
-    if parts.is_empty() {
-        "none".into()
+    let created = client.create_sweep(&spec).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&created)?);
     } else {
-        parts.join(", ")
+        println!(
+            "sweep {}: {} configurations, {} trials (tasks {}..{})",
+            created.id,
+            created.configs,
+            created.trials,
+            created.tasks.first().copied().unwrap_or_default(),
+            created.tasks.last().copied().unwrap_or_default(),
+        );
+        if !created.metric_checked {
+            println!(
+                "note: the adapter declares no result metrics and none of its tasks has \
+                 completed yet, so the metric could not be checked against what it reports"
+            );
+        }
+        if stream.is_none() {
+            println!("follow it with: trainyard sweep show {}", created.id);
+        }
     }
-}
-
-fn state(s: SweepState) -> &'static str {
-    match s {
-        SweepState::Running => "RUNNING",
-        SweepState::Finished => "FINISHED",
-        SweepState::Cancelled => "CANCELLED",
-    }
-}
-
-/// A sweep: its header, the ranking over seeds, and the best configuration.
-pub fn render_sweep(d: &SweepDetail) -> String {
-    let s = &d.summary;
-    let mut out = format!(
-        "sweep       {}{}\nstate       {}\nadapter     {} ({})\nmetric      {} ({})\ntrials      {}: {}\n",
-        s.sweep.id,
-        s.sweep.name.as_deref().map(|n| format!(" ({n})")).unwrap_or_default(),
-        state(s.state),
-        s.sweep.adapter,
-        s.sweep.kind,
-        s.sweep.metric,
-        s.sweep.direction.as_str(),
-        s.trial_count,
-        counts(s),
-    );
-    if let Some(seed) = d.spec.get("sweep_seed") {
-        out.push_str(&format!("sweep seed  {seed}\n"));
-    }
-    let best = match d.ranking.best {
-        Some(c) if d.ranking.unfinished > 0 => format!(
-            "config {c} (so far: {} trials unfinished)",
-            d.ranking.unfinished
-        ),
-        Some(c) => format!("config {c}"),
-        None => "none yet (no trial completed with the metric)".into(),
+    let Some(stream) = stream else {
+        return Ok(());
     };
-    out.push_str(&format!("best        {best}\n\n"));
-    out.push_str(&ranking_table(d));
-    out
-}
-
-/// One line per configuration, best first.
-pub fn ranking_table(d: &SweepDetail) -> String {
-    let keys: Vec<String> = d
-        .ranking
-        .configs
-        .first()
-        .map(|c| c.params.keys().cloned().collect())
-        .unwrap_or_default();
-    let rows = d
-        .ranking
-        .configs
-        .iter()
-        .map(|c| {
-            let mut row = vec![or_dash(c.rank), c.config.to_string()];
-            row.extend(keys.iter().map(|k| match c.params.get(k) {
-                Some(Value::Number(n)) => n.as_f64().map_or(n.to_string(), format::number),
-                Some(Value::String(s)) => s.clone(),
-                Some(v) => v.to_string(),
-                None => format::MISSING.into(),
-            }));
-            row.push(or_dash(c.mean.map(format::number)));
-            row.push(or_dash(c.std.map(format::number)));
-            row.push(format!("{}/{}", c.n, c.trials));
-            let mut notes = vec![];
-            if c.unfinished > 0 {
-                notes.push(format!("{} unfinished", c.unfinished));
-            }
-            if c.stopped_early > 0 {
-                notes.push(format!("stopped early at {}", or_dash(c.stopped_at)));
-            }
-            if c.failed > 0 {
-                notes.push(format!("{} failed", c.failed));
-            }
-            if c.cancelled > 0 {
-                notes.push(format!("{} cancelled", c.cancelled));
-            }
-            row.push(notes.join(", "));
-            row
-        })
-        .collect();
-    let mut header = vec!["RANK", "CONFIG"];
-    header.extend(keys.iter().map(|k| k.as_str()));
-    header.extend(["MEAN", "STD", "N", "NOTES"]);
-    let n = header.len();
-    plain(&header, &[0, 1, n - 4, n - 3, n - 2], rows)
+    follow::until_ended(client, &created.tasks, stream).await?;
+    let sweep = client.sweep(created.id).await?;
+    println!("\n{}", render_sweep(&sweep));
+    if let Some(shortfall) = shortfall(&sweep) {
+        bail!(shortfall);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
