@@ -5,7 +5,7 @@
 //! `view-ready:<path>` performance mark), next to the browser's first
 //! contentful paint. Target: under 1 s.
 
-use super::dispatch::wait_terminal;
+use super::api::wait_terminal;
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::report::{median_p99, Row};

@@ -19,31 +19,34 @@
 //! task's `finished_at` in the database (the master's clock on the same
 //! machine, taken in the turn that records the report).
 //!
-//! The `tls` benchmark runs the same on SQLite three times: over plain TCP,
-//! over TLS (hosts' channel and the API, certificates from `trainyard
-//! certs`), and over mutual TLS (each light host presenting its own
-//! certificate, which the master checks against the CA and the host's id);
-//! it reports the throughput of each and their ratios to plain TCP.
+//! The `tls` benchmark ([`tls`]) runs the same on SQLite three times: over
+//! plain TCP, over TLS (hosts' channel and the API, certificates from
+//! `trainyard certs`), and over mutual TLS (each light host presenting its
+//! own certificate, which the master checks against the CA and the host's
+//! id); it reports the throughput of each and their ratios to plain TCP.
+//! What the benchmarks ask of the API is in [`crate::api`], the CPU
+//! accounting in [`crate::cpu`].
 
+pub mod tls;
+
+use super::api::{collect, submit, submit_all, wait_terminal, Done, Sent};
+use super::cpu::{CpuUse, Pids};
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::report::{human, median_p99, Row};
 use super::Backends;
 use anyhow::{bail, Context};
-use futures::StreamExt;
+use tls::{use_tls, Transport};
+
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap, HashSet};
+
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
-use trainyard_master::model::{Task, TaskStatus};
+use trainyard_master::model::TaskStatus;
 
 /// The project's target for no-work tasks through the whole path, on
 /// either database, with everything on this machine's two cores.
 const TARGET_RATE: u32 = 10_000;
-/// Tasks per submission in the saturation phase.
-const SUBMIT_BATCH: usize = 500;
-/// Submissions in flight at once in the saturation phase.
-const SUBMITTERS: usize = 4;
 /// How often the half-load phase submits.
 pub const PACE: Duration = Duration::from_millis(10);
 
@@ -186,108 +189,6 @@ async fn watched(env: &BenchEnv, backend: &str, spawn_rate: f64) -> Vec<Row> {
         Err(e) => vec![Row::failed("visibility", format!("run on {backend}"), &e)],
     }
 }
-
-/// What hosts and the API client reach the master over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Transport {
-    Plain,
-    Tls,
-    /// TLS, and every host presents a certificate naming its id.
-    MutualTls,
-}
-
-impl Transport {
-    /// How the rows of a run over it are labelled, after the backend.
-    fn label(self) -> &'static str {
-        match self {
-            Transport::Plain => "",
-            Transport::Tls => ", TLS",
-            Transport::MutualTls => ", mTLS",
-        }
-    }
-}
-
-/// Dispatch throughput on SQLite over plain TCP, TLS and mutual TLS, each
-/// on a fresh master, Redis and database.
-pub async fn run_tls(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
-    let mut rows = vec![];
-    let mut rates = vec![];
-    for transport in [Transport::Plain, Transport::Tls, Transport::MutualTls] {
-        let bench = match transport {
-            Transport::Plain => "tls-off",
-            Transport::Tls => "tls",
-            Transport::MutualTls => "mtls",
-        };
-        let load = Load {
-            transport,
-            ..Load::plain(bench, Work::Nothing, FLEET)
-        };
-        let (run, rate) = one_backend(env, "sqlite", load).await?;
-        // Setup once; then what each transport changes: throughput and the
-        // CPU it costs per task.
-        rows.extend(
-            run.into_iter()
-                .filter(|r| (rates.is_empty() && r.measure.starts_with("setup")) || rate_or_cpu(r)),
-        );
-        rates.push(rate);
-    }
-    for row in &mut rows {
-        row.bench = "tls".into();
-        row.target.clear();
-        row.verdict = super::report::Verdict::Info;
-    }
-    let (plain, tls, mtls) = (rates[0], rates[1], rates[2]);
-    let ratio = |on: f64| {
-        format!(
-            "{:.2} ({:+.0} %)",
-            on / plain.max(1.0),
-            (on / plain.max(1.0) - 1.0) * 100.0
-        )
-    };
-    rows.push(Row::info(
-        "tls",
-        "dispatch throughput, TLS off / TLS / mTLS (sqlite)",
-        format!("{plain:.0} / {tls:.0} / {mtls:.0} tasks/s"),
-    ));
-    rows.push(Row::info("tls", "ratio TLS / off", ratio(tls)));
-    rows.push(Row::info("tls", "ratio mTLS / off", ratio(mtls)));
-    Ok(rows)
-}
-
-/// Turns the stage's cluster to TLS: a development CA and a master
-/// certificate from `trainyard certs`, HTTPS for the API client; for mutual
-/// TLS, a certificate per light host too, which the master requires.
-/// Returns the directory of the hosts' certificates under mutual TLS.
-fn use_tls(
-    cluster: &mut trainyard::cluster::Cluster,
-    mutual: bool,
-    hosts: usize,
-) -> anyhow::Result<Option<std::path::PathBuf>> {
-    let dir = cluster.dir.join("tls");
-    let ids: Vec<String> = if mutual {
-        (0..hosts).map(super::fleet::host_id).collect()
-    } else {
-        vec![]
-    };
-    trainyard::certs::write(&trainyard::certs::Request {
-        dir: &dir,
-        master_names: &["127.0.0.1".to_string()],
-        hosts: &ids,
-        days: 1,
-        reissue: false,
-    })?;
-    let s = &mut cluster.settings;
-    s.tls.enabled = true;
-    s.tls.ca = Some(dir.join("ca.pem"));
-    s.tls.cert = Some(dir.join("master.pem"));
-    s.tls.key = Some(dir.join("master-key.pem"));
-    s.tls.require_host_certificates = mutual;
-    s.api.url = s.api.url.replace("http://", "https://");
-    Ok(mutual.then_some(dir))
-}
-
-/// Submitted tasks: id -> when the submission was sent (ms since the epoch).
-pub type Sent = HashMap<u64, i64>;
 
 /// What one run measured.
 struct Measured {
@@ -544,55 +445,6 @@ fn rows_of(
     rows
 }
 
-/// Submits `n` tasks of the noop adapter with these params, one request.
-pub async fn submit(
-    client: &ApiClient,
-    params: &serde_json::Value,
-    n: usize,
-    sent: &mut Sent,
-) -> anyhow::Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    let batch: Vec<serde_json::Value> = (0..n)
-        .map(|_| json!({ "adapter": "noop", "params": params }))
-        .collect();
-    let at = trainyard_proto::now_ms();
-    let ids = client.submit_batch(&batch).await?;
-    for id in ids {
-        sent.insert(id, at);
-    }
-    Ok(())
-}
-
-/// Submits `tasks` tasks of the noop adapter at once: batches of
-/// [`SUBMIT_BATCH`], [`SUBMITTERS`] requests in flight, as several of a
-/// fleet's users would (the saturation phase).
-pub async fn submit_all(
-    client: &ApiClient,
-    params: &serde_json::Value,
-    tasks: usize,
-) -> anyhow::Result<Sent> {
-    let sizes: Vec<usize> = (0..tasks)
-        .step_by(SUBMIT_BATCH)
-        .map(|start| SUBMIT_BATCH.min(tasks - start))
-        .collect();
-    let batches: Vec<anyhow::Result<Sent>> = futures::stream::iter(sizes)
-        .map(|n| async move {
-            let mut part = Sent::new();
-            submit(client, params, n, &mut part).await?;
-            Ok(part)
-        })
-        .buffer_unordered(SUBMITTERS)
-        .collect()
-        .await;
-    let mut sent = Sent::new();
-    for part in batches {
-        sent.extend(part?);
-    }
-    Ok(sent)
-}
-
 /// The task's `n` lines reached the master as progress points and log
 /// lines (they may arrive just after the report: waited for briefly), so
 /// the watched run measured what it claims.
@@ -623,186 +475,4 @@ async fn turns(client: &ApiClient) -> anyhow::Result<u64> {
     health["scheduler"]["turns"]
         .as_u64()
         .context("the health endpoint shows no scheduler turns")
-}
-
-/// Waits until `n` tasks are terminal, by the master's status counts.
-pub async fn wait_terminal(client: &ApiClient, n: usize, timeout: Duration) -> anyhow::Result<()> {
-    let until = Instant::now() + timeout;
-    loop {
-        let health = client.health().await?;
-        let done: u64 = ["COMPLETED", "FAILED", "CANCELLED"]
-            .iter()
-            .filter_map(|s| health["tasks"][s].as_u64())
-            .sum();
-        if done as usize >= n {
-            return Ok(());
-        }
-        if Instant::now() > until {
-            bail!("only {done} of {n} tasks ended within {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// One task's outcome.
-pub struct Done {
-    pub id: u64,
-    pub status: TaskStatus,
-    pub runs: u32,
-    pub finished: i64,
-    pub latency_ms: f64,
-}
-
-/// Reads the tasks of `sent` back and measures each one's latency.
-pub async fn collect(client: &ApiClient, sent: &Sent) -> anyhow::Result<Vec<Done>> {
-    let ids: Vec<u64> = sent.keys().copied().collect();
-    Ok(read_tasks(client, &ids)
-        .await?
-        .into_iter()
-        .map(|t| {
-            let finished = t.finished_at_ms.unwrap_or(i64::MAX);
-            Done {
-                id: t.id,
-                status: t.status,
-                runs: t.runs,
-                finished,
-                latency_ms: (finished - sent[&t.id]) as f64,
-            }
-        })
-        .collect())
-}
-
-/// Reads these tasks through the API, newest first, a page of 1000 at a
-/// time; fails if any is missing.
-pub async fn read_tasks(client: &ApiClient, ids: &[u64]) -> anyhow::Result<Vec<Task>> {
-    let wanted: HashSet<u64> = ids.iter().copied().collect();
-    let lowest = *ids.iter().min().context("no task to read")?;
-    let mut before = ids.iter().max().map(|m| m + 1);
-    let mut out = Vec::with_capacity(ids.len());
-    while out.len() < wanted.len() {
-        let page = client.tasks(None, None, Some(1000), before).await?;
-        let Some(last) = page.last() else { break };
-        before = Some(last.id);
-        let past = last.id <= lowest;
-        out.extend(page.into_iter().filter(|t| wanted.contains(&t.id)));
-        if past {
-            break;
-        }
-    }
-    if out.len() != wanted.len() {
-        bail!(
-            "{} of {} tasks are missing from the task list",
-            wanted.len() - out.len(),
-            wanted.len()
-        );
-    }
-    Ok(out)
-}
-
-/// The processes whose CPU time the benchmark accounts for.
-struct Pids {
-    master: u32,
-    redis: u32,
-    /// This process: the light hosts, and the users' thread.
-    hosts: u32,
-    /// Whether a PostgreSQL server runs beside (SQLite runs in the master).
-    postgres: bool,
-}
-
-/// The names of the threads sqlx runs SQLite connections on (truncated
-/// to 15 bytes by the kernel).
-const SQLITE_THREADS: &str = "sqlx-sqlite";
-
-/// CPU time used by each of [`Pids`].
-#[derive(Clone, Default)]
-struct CpuUse {
-    master: Duration,
-    /// The part of `master` on SQLite's threads: sqlx runs each SQLite
-    /// connection, the engine and its own marshalling, on a thread of its
-    /// own ([`SQLITE_THREADS`]). Zero on PostgreSQL.
-    sqlite: Duration,
-    redis: Duration,
-    hosts: Duration,
-    /// Submitting and polling, on the users' thread of this process.
-    users: Duration,
-    /// Each PostgreSQL server process's, by pid; `None` for SQLite. Read
-    /// afresh each time: the server starts a process per connection, and
-    /// the master may open one during the run.
-    database: Option<BTreeMap<u32, Duration>>,
-}
-
-impl Pids {
-    fn cpu(&self) -> CpuUse {
-        let t = |pid| super::probe::cpu_time(pid).unwrap_or_default();
-        CpuUse {
-            master: t(self.master),
-            sqlite: super::probe::threads_cpu_time(self.master, SQLITE_THREADS),
-            redis: t(self.redis),
-            hosts: t(self.hosts),
-            users: Duration::ZERO,
-            database: self.postgres.then(|| {
-                super::probe::named("postgres")
-                    .into_iter()
-                    .map(|pid| (pid, t(pid)))
-                    .collect()
-            }),
-        }
-    }
-}
-
-impl CpuUse {
-    fn since(&self, before: &CpuUse) -> CpuUse {
-        // A server process that started since counts from zero.
-        let database = self.database.as_ref().map(|now| {
-            let then = before.database.clone().unwrap_or_default();
-            now.iter()
-                .map(|(pid, t)| {
-                    (
-                        *pid,
-                        t.saturating_sub(then.get(pid).copied().unwrap_or_default()),
-                    )
-                })
-                .collect()
-        });
-        CpuUse {
-            master: self.master.saturating_sub(before.master),
-            sqlite: self.sqlite.saturating_sub(before.sqlite),
-            redis: self.redis.saturating_sub(before.redis),
-            hosts: self.hosts.saturating_sub(before.hosts),
-            users: self.users.saturating_sub(before.users),
-            database,
-        }
-    }
-
-    /// The users' thread's `users` taken out of this process's time.
-    fn less_users(self, users: Duration) -> CpuUse {
-        CpuUse {
-            hosts: self.hosts.saturating_sub(users),
-            users,
-            ..self
-        }
-    }
-
-    /// The figure of the CPU row, over `tasks` tasks.
-    fn per_task(&self, tasks: usize) -> String {
-        let us = |d: Duration| d.as_secs_f64() * 1e6 / tasks.max(1) as f64;
-        let (database, sqlite) = match &self.database {
-            Some(d) => (
-                format!(", PostgreSQL server {:.0} µs", us(d.values().sum())),
-                String::new(),
-            ),
-            None => (
-                String::new(),
-                format!(" (SQLite's threads {:.0} µs of it)", us(self.sqlite)),
-            ),
-        };
-        format!(
-            "master {:.0} µs{sqlite}, light hosts {:.0} µs, Redis {:.0} µs{database}; users' side (submitting, polling) {:.0} µs (master alone: {:.0} tasks/s per core)",
-            us(self.master),
-            us(self.hosts),
-            us(self.redis),
-            us(self.users),
-            1e6 / us(self.master).max(1.0)
-        )
-    }
 }

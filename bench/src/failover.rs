@@ -32,7 +32,7 @@
 //! the database, and the leader confirms its term and fences every write
 //! with it; the target is under 10 % lower.
 
-use super::dispatch::{collect, submit, submit_all, wait_terminal, Sent};
+use super::api::{collect, submit, submit_all, wait_terminal, Sent};
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::report::{median_p99, Row};

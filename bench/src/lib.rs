@@ -23,7 +23,9 @@
 //!   [`python_env`].
 
 pub mod adapter;
+pub mod api;
 pub mod containment;
+pub mod cpu;
 pub mod dashboard;
 pub mod dispatch;
 pub mod env;
@@ -155,7 +157,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Bench::Storm => storm::run(&env).await,
             Bench::Sweep => sweep::run(&env, args.backends).await,
             Bench::Memory => memory::run(&env).await,
-            Bench::Tls => dispatch::run_tls(&env).await,
+            Bench::Tls => dispatch::tls::run(&env).await,
             Bench::Containment => containment::run(&env).await,
             Bench::Dashboard => dashboard::run(&env).await,
             Bench::PythonEnv => python_env::run(&env).await,

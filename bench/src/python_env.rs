@@ -95,7 +95,7 @@ async fn first_episode(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     let task = serde_json::json!({"adapter": "cartpole", "params": {"episodes": 1}});
     // Builds the environment.
     let warm_up = client.submit(&task).await?;
-    super::dispatch::wait_terminal(&client, 1, Duration::from_secs(600)).await?;
+    super::api::wait_terminal(&client, 1, Duration::from_secs(600)).await?;
     anyhow::ensure!(
         client.task(warm_up).await?.task.status == trainyard_master::model::TaskStatus::Completed,
         "the warm-up CartPole task did not complete: see {}",
@@ -105,7 +105,7 @@ async fn first_episode(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
     for round in 0..rounds {
         let sent = trainyard_proto::now_ms();
         let id = client.submit(&task).await?;
-        super::dispatch::wait_terminal(&client, round + 2, Duration::from_secs(120)).await?;
+        super::api::wait_terminal(&client, round + 2, Duration::from_secs(120)).await?;
         let first = first_point_ms(client.base_url(), id).await?;
         latencies.push((first - sent) as f64 * 1e3);
     }

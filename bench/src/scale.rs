@@ -12,7 +12,8 @@
 //! - dispatch latency at that size: no-work tasks submitted at a steady
 //!   rate beside the queue, from submission to completion.
 
-use super::dispatch::{collect, submit, wait_terminal, Sent, PACE};
+use super::api::{collect, submit, wait_terminal, Sent};
+use super::dispatch::PACE;
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::memory::seed_parked;

@@ -5,7 +5,7 @@
 //! the last successful handshake), the new master's peak CPU and memory, and
 //! that every task submitted around the restart still completed exactly once.
 
-use super::dispatch::{read_tasks, wait_terminal};
+use super::api::{read_tasks, wait_terminal};
 use super::env::BenchEnv;
 use super::fleet::{Fleet, FleetSpec};
 use super::probe::Sampler;
