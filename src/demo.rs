@@ -10,7 +10,7 @@
 //! tasks run beside the Q-learning ones.
 
 use crate::cli::DemoArgs;
-use crate::client::{ApiClient, StreamEvent};
+use crate::client::{ApiClient, ClientError, StreamEvent, TaskEvent};
 use crate::cluster::{Binaries, Cluster, Process};
 use crate::commands::table::{render_final_table, FinalRow};
 use crate::redis_server::RedisServer;
@@ -18,6 +18,7 @@ use anyhow::bail;
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use trainyard_master::model::TaskStatus;
@@ -30,6 +31,9 @@ const UV: &str = "target/python-tools/bin/uv";
 const CARTPOLE_REQUIREMENTS: &str = "adapters/cartpole/requirements.txt";
 /// The whole demo must end within this.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The master's event stream, as the demo follows it.
+type EventStream = Pin<Box<dyn futures::Stream<Item = Result<StreamEvent, ClientError>> + Send>>;
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let bins = Binaries::current()?;
@@ -96,6 +100,22 @@ async fn drive(
     processes: &mut Vec<Process>,
     args: &DemoArgs,
 ) -> anyhow::Result<bool> {
+    let client = start(cluster, processes).await?;
+    // Start following events before submitting, so no change is missed.
+    let events = Box::pin(client.events(None).await?);
+    let ids = client.submit_batch(&demo_tasks(args)).await?;
+    println!("Submitted {} tasks: {:?}\n", ids.len(), ids);
+    follow(&client, events, &ids).await?;
+    let rows = final_rows(&client, &ids).await?;
+    println!("\n{}", render_final_table(&rows));
+    if args.stay {
+        stay_up(cluster).await?;
+    }
+    Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
+}
+
+/// Starts the master and the hosts and waits until every host connected.
+async fn start(cluster: &Cluster, processes: &mut Vec<Process>) -> anyhow::Result<ApiClient> {
     processes.push(cluster.spawn_master()?);
     let client = cluster.wait_for_master(Duration::from_secs(60)).await?;
     println!("Master up at {}", cluster.settings.api.url);
@@ -107,23 +127,24 @@ async fn drive(
         .wait_for_hosts(&client, HOSTS.len(), Duration::from_secs(60))
         .await?;
     println!("Hosts connected: {}", HOSTS.join(", "));
+    Ok(client)
+}
 
-    // Start following events before submitting, so no change is missed.
-    let mut events = Box::pin(client.events(None).await?);
-    let tasks: Vec<serde_json::Value> = (0..args.tasks)
-        .map(|i| {
-            serde_json::json!({
-                "adapter": "python-trainer",
-                "name": format!("q-learning seed {i}"),
-                "params": {
-                    "episodes": args.episodes,
-                    "seed": i,
-                    "learning_rate": ([0.3, 0.5, 0.7])[i % 3],
-                    "step_delay_ms": 5,
-                },
-            })
+/// The demo's submissions: Q-learning tasks over three learning rates, and
+/// CartPole tasks when asked for.
+fn demo_tasks(args: &DemoArgs) -> Vec<serde_json::Value> {
+    let q_learning = (0..args.tasks).map(|i| {
+        serde_json::json!({
+            "adapter": "python-trainer",
+            "name": format!("q-learning seed {i}"),
+            "params": {
+                "episodes": args.episodes,
+                "seed": i,
+                "learning_rate": ([0.3, 0.5, 0.7])[i % 3],
+                "step_delay_ms": 5,
+            },
         })
-        .collect();
+    });
     let cartpole = (0..if args.cartpole { CARTPOLE_TASKS } else { 0 }).map(|i| {
         serde_json::json!({
             "adapter": "cartpole",
@@ -131,10 +152,12 @@ async fn drive(
             "params": {"episodes": 300, "seed": i},
         })
     });
-    let tasks: Vec<serde_json::Value> = tasks.into_iter().chain(cartpole).collect();
-    let ids = client.submit_batch(&tasks).await?;
-    println!("Submitted {} tasks: {:?}\n", ids.len(), ids);
+    q_learning.chain(cartpole).collect()
+}
 
+/// Prints the tasks' events (progress at most once a second per task) until
+/// every one has ended, polling when the stream is quiet or breaks.
+async fn follow(client: &ApiClient, mut events: EventStream, ids: &[u64]) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut status: HashMap<u64, TaskStatus> =
         ids.iter().map(|id| (*id, TaskStatus::Pending)).collect();
@@ -147,53 +170,65 @@ async fn drive(
         match next {
             Ok(Some(Ok(StreamEvent::Task(e)))) if status.contains_key(&e.task) => {
                 let at = started.elapsed().as_secs_f64();
-                if e.kind == "progress" {
-                    let due = last_print
-                        .get(&e.task)
-                        .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
-                    if let (true, Some(p)) = (due, e.progress.as_ref()) {
-                        last_print.insert(e.task, Instant::now());
-                        println!(
-                            "[{at:6.1}s] task {:>3}  {:<7} attempt {}  episode {:>4}/{:<4}  return {:>7.3}",
-                            e.task,
-                            e.host.as_deref().unwrap_or("-"),
-                            e.attempt,
-                            p.episode.unwrap_or(0),
-                            p.total_episodes.unwrap_or(0),
-                            p.episode_return.unwrap_or(f64::NAN),
-                        );
-                    }
-                } else {
+                if e.kind != "progress" {
                     status.insert(e.task, e.status);
-                    println!(
-                        "[{at:6.1}s] task {:>3}  {:<7} attempt {}  {}{}",
-                        e.task,
-                        e.host.as_deref().unwrap_or("-"),
-                        e.attempt,
-                        e.status,
-                        e.error
-                            .as_deref()
-                            .map(|m| format!(": {m}"))
-                            .unwrap_or_default()
-                    );
+                    print_change(at, &e);
+                } else if last_print
+                    .get(&e.task)
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                {
+                    last_print.insert(e.task, Instant::now());
+                    print_progress(at, &e);
                 }
             }
             Ok(Some(Ok(_))) => {}
             Ok(Some(Err(e))) => {
                 println!("event stream error: {e}; polling instead");
-                refresh(&client, &mut status).await;
+                refresh(client, &mut status).await;
             }
             Ok(None) => {
                 events = Box::pin(client.events(None).await?);
-                refresh(&client, &mut status).await;
+                refresh(client, &mut status).await;
             }
             // Quiet for a while: make sure no change was missed.
-            Err(_) => refresh(&client, &mut status).await,
+            Err(_) => refresh(client, &mut status).await,
         }
     }
+    Ok(())
+}
 
+fn print_progress(at: f64, e: &TaskEvent) {
+    if let Some(p) = e.progress.as_ref() {
+        println!(
+            "[{at:6.1}s] task {:>3}  {:<7} attempt {}  episode {:>4}/{:<4}  return {:>7.3}",
+            e.task,
+            e.host.as_deref().unwrap_or("-"),
+            e.attempt,
+            p.episode.unwrap_or(0),
+            p.total_episodes.unwrap_or(0),
+            p.episode_return.unwrap_or(f64::NAN),
+        );
+    }
+}
+
+fn print_change(at: f64, e: &TaskEvent) {
+    println!(
+        "[{at:6.1}s] task {:>3}  {:<7} attempt {}  {}{}",
+        e.task,
+        e.host.as_deref().unwrap_or("-"),
+        e.attempt,
+        e.status,
+        e.error
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default()
+    );
+}
+
+/// The final table's rows, read from the master.
+async fn final_rows(client: &ApiClient, ids: &[u64]) -> anyhow::Result<Vec<FinalRow>> {
     let mut rows = vec![];
-    for id in &ids {
+    for id in ids {
         let detail = client.task(*id).await?;
         let t = &detail.task;
         let metrics: BTreeMap<String, f64> = t
@@ -217,20 +252,21 @@ async fn drive(
             error: t.error.clone(),
         });
     }
-    println!("\n{}", render_final_table(&rows));
-    if args.stay {
-        // Listening before saying so: a Ctrl-C right after the message
-        // must reach this, not end the process before it cleans up.
-        let mut interrupt =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-        println!(
-            "\nThe cluster stays up: dashboard at {}. Press Ctrl-C to stop.",
-            dashboard_url(cluster)
-        );
-        interrupt.recv().await;
-        println!("Stopping.");
-    }
-    Ok(rows.iter().all(|r| r.status == TaskStatus::Completed))
+    Ok(rows)
+}
+
+/// `--stay`: keeps the cluster up until Ctrl-C.
+async fn stay_up(cluster: &Cluster) -> anyhow::Result<()> {
+    // Listening before saying so: a Ctrl-C right after the message must
+    // reach this, not end the process before it cleans up.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    println!(
+        "\nThe cluster stays up: dashboard at {}. Press Ctrl-C to stop.",
+        dashboard_url(cluster)
+    );
+    interrupt.recv().await;
+    println!("Stopping.");
+    Ok(())
 }
 
 /// The Redis of a cluster on this machine (the demo, `trainyard dev`): the
