@@ -106,7 +106,10 @@ fn every_link_between_the_pages_reaches_a_file_and_a_heading() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} links found: is the parser broken?");
+    assert!(
+        checked > 50,
+        "only {checked} links found: is the parser broken?"
+    );
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
@@ -114,11 +117,17 @@ fn every_link_between_the_pages_reaches_a_file_and_a_heading() {
 fn the_readme_is_a_front_door() {
     let readme = read(&repo().join("README.md"));
     let lines = readme.lines().count();
-    assert!(lines <= 200, "README.md has {lines} lines: move reference into docs/");
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines: move reference into docs/"
+    );
     for command in ["make demo", "make test"] {
         assert!(readme.contains(command), "README.md lost `{command}`");
     }
-    for page in pages().iter().filter(|p| p.starts_with(repo().join("docs"))) {
+    for page in pages()
+        .iter()
+        .filter(|p| p.starts_with(repo().join("docs")))
+    {
         let name = page.file_name().unwrap().to_str().unwrap();
         if name.ends_with(".md") {
             assert!(
@@ -175,8 +184,15 @@ fn every_trainyard_command_in_the_docs_is_one_the_command_line_accepts() {
             }
         }
     }
-    assert!(checked >= 30, "only {checked} commands found: is the parser broken?");
-    assert!(refused.is_empty(), "commands the CLI refuses:\n{}", refused.join("\n"));
+    assert!(
+        checked >= 30,
+        "only {checked} commands found: is the parser broken?"
+    );
+    assert!(
+        refused.is_empty(),
+        "commands the CLI refuses:\n{}",
+        refused.join("\n")
+    );
 }
 
 /// The dotted keys of the settings: every leaf, a free map as one key.

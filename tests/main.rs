@@ -16,6 +16,7 @@ mod containment;
 mod dashboard;
 mod demo;
 mod deploy_guide;
+mod docs;
 mod end_to_end;
 mod ha;
 mod hostile;

@@ -6,7 +6,7 @@
 //! The attempts record into [`HostMetrics`] (prometheus-client's atomic
 //! counters and locked histograms, held for a few nanoseconds per call);
 //! [`serve`] answers `GET /metrics` from the same registry. Every metric and
-//! its labels are listed in the README ("Metrics").
+//! its labels are listed in docs/operations.md ("Metrics").
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -66,7 +66,7 @@ impl Default for HostMetrics {
         let trainer_exits = Family::<ExitLabels, Counter>::default();
         registry.register(
             "trainer_exits",
-            "Trainers that ended, by why (see the README).",
+            "Trainers that ended, by why (see docs/operations.md).",
             trainer_exits.clone(),
         );
         let running = Gauge::default();

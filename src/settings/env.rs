@@ -18,7 +18,7 @@ pub const PREFIX: &str = "TRAINYARD_";
 
 /// The `TRAINYARD_` variables that are not configuration keys, with what
 /// each is for; a trailing `*` stands for any ending. This is the one list:
-/// the README shows it, and a unit test holds the two in step.
+/// docs/configuration.md shows it, and a unit test holds the two in step.
 pub const NOT_CONFIGURATION: [(&str, &str); 7] = [
     ("TRAINYARD_CONFIG", "the configuration file, like --config"),
     (
@@ -190,9 +190,12 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_and_config_toml_list_every_variable_that_is_not_configuration() {
+    fn the_configuration_guide_and_config_toml_list_every_variable_that_is_not_configuration() {
         let docs = [
-            ("README.md", include_str!("../../README.md")),
+            (
+                "docs/configuration.md",
+                include_str!("../../docs/configuration.md"),
+            ),
             ("config.toml", include_str!("../../config.toml")),
         ];
         for (file, text) in docs {

@@ -5,7 +5,7 @@
 //! Nothing here waits on the scheduler or the database: the counts, tasks
 //! by status among them, come from its last published [`Snapshot`] (see
 //! [`crate::scheduler::tally`] and [`crate::scheduler::counts`]). Every
-//! metric and its labels are listed in the README ("Metrics").
+//! metric and its labels are listed in docs/operations.md ("Metrics").
 
 use super::AppState;
 use crate::scheduler::tally::{AdapterCounts, Histogram};
