@@ -9,7 +9,7 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build release install adapters prerequisites browser python-tools nextest fmt clippy clean
+.PHONY: demo test bench build release install adapters adapter-fixtures prerequisites browser python-tools nextest fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
@@ -54,6 +54,10 @@ $(COMPONENTIZE_PY_STAMP): | $(UV)
 adapters: prerequisites python-tools
 	@$(MAKE) --no-print-directory -C adapters build
 
+# The adapters only the tests use (adapters/fixtures/).
+adapter-fixtures: adapters
+	@$(MAKE) --no-print-directory -C adapters fixtures
+
 build: adapters
 	$(CARGO) build --workspace --bins
 
@@ -77,7 +81,7 @@ nextest:
 # before it prove that builds without the tests have no test machinery, and
 # that the tests turn on no feature of a dependency the binaries share
 # (which would compile that dependency, and all above it, twice).
-test: adapters browser python-tools nextest
+test: adapters adapter-fixtures browser python-tools nextest
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }

@@ -44,14 +44,14 @@ pub fn test_timers() -> Timers {
     }
 }
 
-/// The adapters built by `make -C adapters build`.
+/// The adapters built by `make -C adapters build fixtures`.
 pub fn adapter(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("adapters/dist")
         .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
-        "{} is missing: run `make -C adapters build` (make test does)",
+        "{} is missing: run `make -C adapters build fixtures` (make test does)",
         path.display()
     );
     path
