@@ -61,17 +61,7 @@ pub fn number(value: f64) -> String {
 
 /// A size in bytes, in binary units: `512 B`, `1.5 KiB`, `20.0 MiB`.
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
+    bytesize::ByteSize::b(n).display().iec().to_string()
 }
 
 /// Free text on one line (runs of whitespace, newlines included, become one
