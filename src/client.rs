@@ -11,6 +11,36 @@
 //! leader is followed here, not by reqwest, which would drop the token on a
 //! cross-origin redirect. The decisions are in [`failover`].
 
+/// A response's server-sent events, each read by `decode` (which skips an
+/// event it has nothing to say about with `None`). After a transport or
+/// framing error the parser cannot resync (it would report the same error
+/// forever), so that error is the stream's last item.
+fn server_sent<T, D>(
+    response: Response,
+    shown: String,
+    decode: D,
+) -> impl Stream<Item = Result<T, ClientError>> + Send + 'static
+where
+    T: Send + 'static,
+    D: Fn(&eventsource_stream::Event) -> Option<Result<T, ClientError>> + Send + 'static,
+{
+    response
+        .bytes_stream()
+        .eventsource()
+        .scan(false, move |broken, item| {
+            let next = match item {
+                _ if *broken => None,
+                Ok(event) => Some(decode(&event)),
+                Err(e) => {
+                    *broken = true;
+                    Some(Some(Err(error::event_stream_error(&shown, e))))
+                }
+            };
+            std::future::ready(next)
+        })
+        .filter_map(std::future::ready)
+}
+
 #[cfg(test)]
 pub(crate) mod canned;
 mod error;
@@ -373,24 +403,7 @@ impl ApiClient {
         // No whole-request timeout: the stream lasts as long as the master
         // keeps it open; the read timeout catches a master gone silent.
         let (response, shown) = self.send(request).await?;
-        let events = response
-            .bytes_stream()
-            .eventsource()
-            // After a transport or framing error the parser cannot resync
-            // (it would report the same error forever): end the stream.
-            .scan(false, move |broken, item| {
-                let next = match item {
-                    _ if *broken => None,
-                    Ok(event) => Some(events::decode(&event)),
-                    Err(e) => {
-                        *broken = true;
-                        Some(Some(Err(error::event_stream_error(&shown, e))))
-                    }
-                };
-                std::future::ready(next)
-            })
-            .filter_map(std::future::ready);
-        Ok(events)
+        Ok(server_sent(response, shown, events::decode))
     }
 
     /// A page of a task's stored progress points, after the point id
@@ -437,22 +450,7 @@ impl ApiClient {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .query(&pairs);
         let (response, shown) = self.send(request).await?;
-        let events = response
-            .bytes_stream()
-            .eventsource()
-            .scan(false, move |broken, item| {
-                let next = match item {
-                    _ if *broken => None,
-                    Ok(event) => Some(logs::decode(&event)),
-                    Err(e) => {
-                        *broken = true;
-                        Some(Some(Err(error::event_stream_error(&shown, e))))
-                    }
-                };
-                std::future::ready(next)
-            })
-            .filter_map(std::future::ready);
-        Ok(events)
+        Ok(server_sent(response, shown, logs::decode))
     }
 
     /// A request to `path` under the API root of the master that answered
