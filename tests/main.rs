@@ -17,6 +17,7 @@ mod dashboard;
 mod demo;
 mod deploy_guide;
 mod end_to_end;
+mod fleet;
 mod ha;
 mod hostile;
 mod hot_reload;
