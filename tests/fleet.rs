@@ -192,7 +192,7 @@ async fn a_host_whose_memory_limit_is_too_small_for_python_burns_no_attempt(back
     let mut setup = Setup::new(backend);
     setup.configure = |s| {
         // Too small for the interpreter to start: every trainer is killed.
-        s.host.containment.limits.memory = Some(6 << 20);
+        s.host.containment.limits.memory = Some(2 << 20);
         s.master.quarantine.probe_after = Duration::from_secs(2);
     };
     let c = TestCluster::start(setup, 1).await;

@@ -13,8 +13,10 @@
 //! - the trainer's supervisor is lost;
 //! - the kernel killed the trainer for memory under a limit the host set
 //!   (the task asked for no memory of its own) before the trainer reported
-//!   any progress: a limit too small for the interpreter to start, which
-//!   kills every trainer the host runs, whatever the task.
+//!   any progress, and a bare interpreter (`python3 -c pass`) is killed
+//!   under that limit too ([`super::baseline`]): a limit too small for the
+//!   interpreter to start, which kills every trainer the host runs,
+//!   whatever the task.
 //!
 //! Everything else — the adapter refusing the params or faulting, the
 //! trainer exiting non-zero, a limit the task asked for, a limit the trainer
@@ -37,6 +39,9 @@ pub enum Failure {
         asked_by_task: bool,
         /// The trainer had reported progress before.
         progressed: bool,
+        /// Whether a bare interpreter starts under the limit; `None`: not
+        /// known (not asked, or no Python trainer).
+        bare_starts: Option<bool>,
     },
 }
 
@@ -57,6 +62,7 @@ pub fn blame(failure: Failure) -> Blame {
         Failure::MemoryLimit {
             asked_by_task: false,
             progressed: false,
+            bare_starts: Some(false),
         } => Blame::Host,
         Failure::MemoryLimit { .. } => Blame::Task { retryable: false },
     }
@@ -89,14 +95,26 @@ mod tests {
     }
 
     #[test]
-    fn a_memory_kill_is_the_hosts_only_under_its_own_limit_before_any_progress() {
+    fn a_memory_kill_is_the_hosts_only_under_its_own_limit_too_small_for_a_bare_interpreter() {
         let kill = |asked_by_task, progressed| {
             blame(Failure::MemoryLimit {
                 asked_by_task,
                 progressed,
+                bare_starts: Some(false),
             })
         };
         assert_eq!(kill(false, false), Blame::Host, "too small to start");
+        for bare_starts in [Some(true), None] {
+            assert_eq!(
+                blame(Failure::MemoryLimit {
+                    asked_by_task: false,
+                    progressed: false,
+                    bare_starts,
+                }),
+                Blame::Task { retryable: false },
+                "a memory bomb at start, under a limit Python starts in ({bare_starts:?})"
+            );
+        }
         assert_eq!(
             kill(false, true),
             Blame::Task { retryable: false },
@@ -111,7 +129,8 @@ mod tests {
             outcome(
                 Failure::MemoryLimit {
                     asked_by_task: true,
-                    progressed: true
+                    progressed: true,
+                    bare_starts: Some(false),
                 },
                 "memory"
             ),

@@ -364,6 +364,8 @@ impl Run<'_> {
                 }
             }
         };
+        // Kept for a memory kill, to run the bare interpreter the same way.
+        let launched = spec.clone();
         let (trainer, mut lines) = match Trainer::spawn(spec, initial).await {
             Ok(t) => t,
             Err(e) => {
@@ -471,13 +473,10 @@ impl Run<'_> {
         }
         if let Some(breach) = exit.breach {
             return match breach {
-                LimitBreach::Memory { .. } => blame::outcome(
-                    Failure::MemoryLimit {
-                        asked_by_task: self.assignment.memory_bytes.is_some(),
-                        progressed: self.last_progress.is_some(),
-                    },
-                    describe_breach(breach),
-                ),
+                LimitBreach::Memory { .. } => {
+                    let failure = self.memory_kill(&launched, lease).await;
+                    blame::outcome(failure, describe_breach(breach))
+                }
                 LimitBreach::Disk { .. } => failed(describe_breach(breach), false),
             };
         }
@@ -502,6 +501,35 @@ impl Run<'_> {
             duration_ms: exit.duration.as_millis() as u64,
         };
         self.finish(&mut instance, workspace, &report).await
+    }
+
+    /// How a trainer `launched` so and killed at its memory limit failed:
+    /// under a limit the host set, before any progress, a bare interpreter
+    /// is run under the same limit to tell whether the limit lets Python
+    /// start at all.
+    async fn memory_kill(
+        &self,
+        launched: &LaunchSpec,
+        lease: &watch::Receiver<LeaseState>,
+    ) -> Failure {
+        let asked_by_task = self.assignment.memory_bytes.is_some();
+        let progressed = self.last_progress.is_some();
+        let deadline = match *lease.borrow() {
+            LeaseState::Held(d) => Some(d),
+            LeaseState::Lost(_) => None,
+        };
+        let bare_starts = match deadline {
+            Some(d) if !asked_by_task && !progressed => {
+                super::baseline::interpreter_starts(launched, d).await
+            }
+            _ => None,
+        };
+        tracing::info!(attempt = %self.attempt, asked_by_task, progressed, ?bare_starts, "trainer killed at its memory limit");
+        Failure::MemoryLimit {
+            asked_by_task,
+            progressed,
+            bare_starts,
+        }
     }
 
     /// The Python environment the trainer runs in: for an adapter whose

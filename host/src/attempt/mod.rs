@@ -9,9 +9,11 @@
 //! 3. Release the lease and store the report in one atomic step; hand the
 //!    report to the agent, which sends it until the master acknowledges it.
 //!
-//! [`blame`] tells the host's failures from the task's; [`throttle`] keeps
-//! progress updates to one per interval.
+//! [`blame`] tells the host's failures from the task's (with [`baseline`]
+//! for a memory kill); [`throttle`] keeps progress updates to one per
+//! interval.
 
+pub mod baseline;
 pub mod blame;
 pub mod body;
 mod throttle;
