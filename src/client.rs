@@ -105,6 +105,12 @@ pub struct HostView {
     pub environments: Vec<PythonEnvironment>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningView>,
+    /// `open`, `drained` or `quarantined`.
+    #[serde(default)]
+    pub state: String,
+    /// Why and since when it takes no new work.
+    #[serde(default)]
+    pub standing: trainyard_master::model::HostStanding,
 }
 
 /// An attempt a connected host runs right now.
@@ -339,6 +345,23 @@ impl ApiClient {
             .call(self.request(Method::GET, "v1/hosts")?, "GET /v1/hosts")
             .await?;
         Ok(answer.hosts)
+    }
+
+    /// Changes a host's standing: `change` is `drain` (with `now`: stop what
+    /// it runs), `undrain` or `unquarantine`. Answers `{"id", "state",
+    /// "standing"}` once the master has stored it.
+    pub async fn change_host(
+        &self,
+        id: &str,
+        change: &str,
+        now: bool,
+    ) -> Result<serde_json::Value, ClientError> {
+        let mut path = format!("v1/hosts/{id}/{change}");
+        if now {
+            path.push_str("?now=true");
+        }
+        self.call(self.request(Method::POST, &path)?, &format!("POST /{path}"))
+            .await
     }
 
     /// Cancels a task: `{"id", "status": "CANCELLED"}` when it was still

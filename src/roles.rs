@@ -35,6 +35,7 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         leader_ttl: s.master.leader_ttl,
         advertise_hosts: s.master.advertise_hosts.clone(),
         advertise_api: s.master.advertise_api.clone(),
+        quarantine: s.master.quarantine.clone(),
     })
 }
 

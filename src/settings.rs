@@ -112,6 +112,8 @@ pub struct MasterSection {
     pub advertise_hosts: Option<String>,
     /// The API URL other masters send the CLI to while this one leads.
     pub advertise_api: Option<String>,
+    /// When a host failing for its own reasons is quarantined, and probed.
+    pub quarantine: trainyard_master::standing::QuarantinePolicy,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -277,6 +279,7 @@ impl Default for MasterSection {
             advertise_hosts: None,
             advertise_api: None,
             unpinned_version: Default::default(),
+            quarantine: Default::default(),
         }
     }
 }

@@ -316,3 +316,34 @@ fn requirements_give_the_trainer_a_python_environment_built_from_them() {
         "not the system's Python\n{text}"
     );
 }
+
+#[test]
+fn a_program_the_trainers_user_cannot_run_is_refused_before_anything_runs() {
+    let run = Run::new();
+    let (bin, blocked) = common::unreachable_python(run.dir.path());
+    let out = run
+        .command(
+            "python-trainer",
+            &["--program", "python3", "--param", "episodes=5"],
+        )
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), trainyard::cluster::SYSTEM_PATH),
+        )
+        .output()
+        .expect("run trainyard adapter run");
+    assert!(!out.status.success(), "{}", explain(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("program \"python3\" resolves to")
+            && stderr.contains(&format!("{} does not let it through", blocked.display()))
+            && stderr.contains("install the program where \"nobody\" can reach it"),
+        "{}",
+        explain(&out)
+    );
+    assert!(
+        !stdout(&out).contains("result:"),
+        "nothing ran: {}",
+        explain(&out)
+    );
+}

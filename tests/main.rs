@@ -18,6 +18,7 @@ mod demo;
 mod deploy_guide;
 mod docs;
 mod end_to_end;
+mod fleet;
 mod ha;
 mod hostile;
 mod hot_reload;

@@ -17,6 +17,8 @@
 //! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
 //! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`plan`]: checks an adapter's launch plan against the operator's policy.
+//! - [`runnable`]: whether the trainer's user can run the programs an
+//!   adapter may launch, checked when it is loaded.
 //! - [`process`]: launching and supervising trainer processes.
 //! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
 //!   user, limits).
@@ -46,6 +48,7 @@ pub mod process;
 pub mod python_env;
 pub mod reload;
 pub mod renewer;
+pub mod runnable;
 pub mod runtime;
 pub mod workspace;
 
@@ -111,6 +114,7 @@ pub enum HostError {
 pub async fn load_adapters(
     runtime: &runtime::AdapterRuntime,
     config: &HostConfig,
+    runner: &runnable::Runner,
 ) -> Result<carried::Carried, HostError> {
     let mut adapters = carried::Carried::default();
     let mut watched_dir = false;
@@ -122,7 +126,7 @@ pub async fn load_adapters(
         })?;
         for file in files {
             let path = file.display().to_string();
-            match load_adapter(runtime, spec, &file).await {
+            match load_adapter(runtime, spec, &file, runner).await {
                 Ok(adapter) => {
                     let info = adapter.loaded.info();
                     tracing::info!(
@@ -158,15 +162,22 @@ pub async fn load_adapters(
 }
 
 /// Loads one component with its entry's allowlist, containment and Python
-/// environment: at start-up and when its file changes.
+/// environment: at start-up and when its file changes. Every program on the
+/// allowlist must be one `runner`, the trainers' user, can run.
 pub async fn load_adapter(
     runtime: &runtime::AdapterRuntime,
     spec: &config::AdapterConfig,
     file: &std::path::Path,
+    runner: &runnable::Runner,
 ) -> Result<attempt::Adapter, String> {
     let path_env = std::env::var_os("PATH");
     let allowlist =
         plan::Allowlist::resolve(&spec.programs, path_env.as_deref()).map_err(|e| e.to_string())?;
+    for program in allowlist.names() {
+        let executable = allowlist.executable(&program).expect("a listed program");
+        runnable::check(&program, executable, runner, path_env.as_deref())
+            .map_err(|e| e.to_string())?;
+    }
     let loaded = runtime.load(file).await.map_err(|e| e.to_string())?;
     Ok(attempt::Adapter {
         loaded,
@@ -280,7 +291,8 @@ pub async fn start(
     // How the files looked before loading, so a change during the load is
     // seen by the first look of the watcher.
     let seen = reload::scan(&config.adapters);
-    let adapters = load_adapters(&runtime, &config).await?;
+    let runner = enforcement.runner();
+    let adapters = load_adapters(&runtime, &config, &runner).await?;
     let metrics = metrics::HostMetrics::default();
     // By entry, not by what loaded: a file may come later (hot reload).
     let wanted = config.adapters.iter().any(|a| a.python.is_some());
@@ -363,7 +375,7 @@ pub async fn start(
     if !config.watch_adapters.is_zero() {
         let (config, agent) = (config.clone(), handle.clone());
         tasks.push(tokio::spawn(async move {
-            reload::run(runtime, config, seen, &watched, agent).await
+            reload::run(runtime, config, seen, &watched, agent, runner).await
         }));
     }
     if let Some(listener) = metrics_listener {

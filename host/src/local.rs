@@ -119,7 +119,7 @@ impl LocalHost {
             &config.supervisor,
             &config.work_dir,
         )?;
-        let adapter = crate::load_adapter(runtime, entry, &entry.path)
+        let adapter = crate::load_adapter(runtime, entry, &entry.path, &enforcement.runner())
             .await
             .map_err(|reason| HostError::Adapter {
                 path: entry.path.display().to_string(),

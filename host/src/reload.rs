@@ -112,6 +112,7 @@ pub async fn run(
     seen: Files,
     loaded: &Carried,
     agent: AgentHandle,
+    runner: crate::runnable::Runner,
 ) {
     let mut seen = seen;
     let mut by_path: BTreeMap<PathBuf, Adapter> = loaded
@@ -136,7 +137,7 @@ pub async fn run(
             let Some((entry, _)) = now.get(path) else {
                 continue;
             };
-            match crate::load_adapter(&runtime, &config.adapters[*entry], path).await {
+            match crate::load_adapter(&runtime, &config.adapters[*entry], path, &runner).await {
                 Ok(adapter) => {
                     let info = adapter.loaded.info();
                     tracing::info!(adapter = %info.name, version = %info.version, path = %path.display(), "adapter (re)loaded");

@@ -585,6 +585,20 @@ async function taskPage(ctx, view, _params, id) {
   every(ctx, 5000, () => { if (liveTask()) reload(); });
 }
 
+// Why a host takes no new work: drained, or quarantined with the reason,
+// its last error and its next probe task; empty for an open host.
+function standingText(h) {
+  const s = h.standing || {};
+  const parts = [];
+  if (s.quarantine) {
+    const q = s.quarantine;
+    parts.push(`quarantined ${fmtAgo(q.since_ms)}: ${q.reason}` + (q.last_error ? `; last error: ${q.last_error}` : "")
+      + `; probe task ${q.next_probe_at_ms <= Date.now() ? "due" : "at " + fmtTime(q.next_probe_at_ms)}`);
+  }
+  if (s.drained_at_ms) parts.push(`drained ${fmtAgo(s.drained_at_ms)}`);
+  return parts.join(" · ");
+}
+
 async function hostList(ctx, view) {
   view.append(el("h1", {}, "Hosts"));
   const holder = el("div");
@@ -593,9 +607,10 @@ async function hostList(ctx, view) {
     let r;
     try { r = await api("/v1/hosts"); } catch (e) { holder.replaceChildren(errorBanner(e)); return; }
     holder.replaceChildren(panel(null, table(
-      ["host", "state", { label: "slots free", num: true }, "adapters", "running", "agent", "last heartbeat"],
+      ["host", "state", "standing", { label: "slots free", num: true }, "adapters", "running", "agent", "last heartbeat"],
       r.hosts.map((h) => el("tr", {},
         el("td", {}, hostLink(h.id)), el("td", {}, badge(h.connected ? "connected" : "gone")),
+        el("td", { class: "standing" }, badge(h.state || "open"), " ", el("span", { class: "muted" }, standingText(h))),
         el("td", { class: "num" }, `${h.free_slots} / ${h.slots}`),
         el("td", {}, h.adapters.map((a) => el("span", { class: "tag" }, `${a.name} ${a.version}`))),
         el("td", {}, h.running.map((t) => [taskLink(t.task), " "])),
@@ -619,6 +634,7 @@ async function hostPage(ctx, view, _params, id) {
       el("div", { class: "grid" },
         panel("Host", el("dl", { class: "kv" },
           el("dt", {}, "address"), el("dd", {}, h.addr || "–"),
+          el("dt", {}, "standing"), el("dd", { id: "host-standing" }, badge(h.state || "open"), " ", standingText(h)),
           el("dt", {}, "slots"), el("dd", { id: "host-slots" }, `${h.free_slots} free of ${h.slots}`),
           el("dt", {}, "capacity"), el("dd", {}, cap ? `${fmtNum(cap.cpus, 1)} CPUs, ${fmtBytes(cap.memory_bytes)}, ${cap.gpus.length} GPUs` : "–"),
           el("dt", {}, "free"), el("dd", {}, h.connected ? `${fmtNum(h.free.cpus, 1)} CPUs, ${fmtBytes(h.free.memory_bytes)}, ${h.free.gpus} GPUs` : "–"),

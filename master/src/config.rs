@@ -57,6 +57,8 @@ pub struct MasterConfig {
     /// The API base URL other masters send the CLI to while this one leads;
     /// derived from the API listener when unset.
     pub advertise_api: Option<String>,
+    /// When a host is quarantined and probed (`master.quarantine`).
+    pub quarantine: crate::standing::QuarantinePolicy,
 }
 
 impl MasterConfig {
@@ -88,6 +90,7 @@ impl MasterConfig {
             leader_ttl: crate::leadership::DEFAULT_LEADER_TTL,
             advertise_hosts: None,
             advertise_api: None,
+            quarantine: Default::default(),
         }
     }
 }

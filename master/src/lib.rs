@@ -9,6 +9,8 @@
 //! - [`scheduler`]: the single writer of task state — queue, dispatch,
 //!   reports, the recovery sweep.
 //! - [`recovery`]: the sweep's and reports' decisions as pure functions.
+//! - [`standing`]: whether a host takes new work — drain, quarantine and
+//!   its probe — as pure functions.
 //! - [`sweep`], [`reconcile`]: the Redis reads (and fences) they rest on.
 //! - [`search`]: sweeps (hyperparameter searches), their ranking and early
 //!   stopping.
@@ -38,6 +40,7 @@ pub mod recovery;
 pub mod scheduler;
 pub mod search;
 pub mod sessions;
+pub mod standing;
 pub mod store;
 pub mod sweep;
 
@@ -233,6 +236,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             reserve_after: config.reserve_after,
             versions: config.unpinned_version,
             term,
+            quarantine: config.quarantine.clone(),
         },
     )
     .await?;

@@ -89,6 +89,12 @@ pub enum AttemptOutcome {
     Undelivered,
     /// The host refused the dispatch.
     Rejected,
+    /// The host could not start or contain the trainer for reasons of its
+    /// own: the task was requeued without using an attempt.
+    HostFault,
+    /// Its host was drained with `--now` and stopped it: the task was
+    /// requeued without using an attempt.
+    Drained,
 }
 
 impl AttemptOutcome {
@@ -100,6 +106,8 @@ impl AttemptOutcome {
             Self::LeaseLost => "LEASE_LOST",
             Self::Undelivered => "UNDELIVERED",
             Self::Rejected => "REJECTED",
+            Self::HostFault => "HOST_FAULT",
+            Self::Drained => "DRAINED",
         }
     }
 
@@ -111,6 +119,8 @@ impl AttemptOutcome {
             Self::LeaseLost,
             Self::Undelivered,
             Self::Rejected,
+            Self::HostFault,
+            Self::Drained,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)
@@ -308,6 +318,40 @@ pub struct HostRecord {
     pub agent: String,
     pub first_seen_ms: i64,
     pub last_seen_ms: i64,
+    /// Whether it takes new work (not written by [`crate::store::Store::upsert_host`]).
+    pub standing: HostStanding,
+}
+
+/// Whether a host takes new work, as operators and the quarantine left
+/// it; kept in the database, so it outlives the master that decided it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStanding {
+    /// When an operator drained it (`trainyard hosts drain`); `None`: not
+    /// drained.
+    pub drained_at_ms: Option<i64>,
+    /// Why it is out of placement after failing for its own reasons.
+    pub quarantine: Option<Quarantine>,
+}
+
+/// A host taken out of placement after failing for its own reasons.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub since_ms: i64,
+    pub reason: String,
+    /// The last error it failed an attempt with.
+    pub last_error: Option<String>,
+    /// Probe tasks that failed on it for its own reasons since it was
+    /// quarantined; each doubles the wait before the next.
+    pub failed_probes: u32,
+    /// When it may take one probe task.
+    pub next_probe_at_ms: i64,
+}
+
+impl HostStanding {
+    /// Whether it takes no new work but probes.
+    pub fn is_open(&self) -> bool {
+        self.drained_at_ms.is_none() && self.quarantine.is_none()
+    }
 }
 
 #[cfg(test)]

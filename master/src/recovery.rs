@@ -307,6 +307,12 @@ pub fn report(task: &LiveTask, report: &AttemptReport) -> ReportDecision {
             metrics: None,
             then: after_unsuccessful(task, true, message).into(),
         },
+        Outcome::HostFault { message } => ReportDecision {
+            outcome: AttemptOutcome::HostFault,
+            error: Some(message.clone()),
+            metrics: None,
+            then: after_unsuccessful(task, false, message).into(),
+        },
         Outcome::LeaseLost { message } => ReportDecision {
             outcome: AttemptOutcome::LeaseLost,
             error: Some(message.clone()),
@@ -318,6 +324,28 @@ pub fn report(task: &LiveTask, report: &AttemptReport) -> ReportDecision {
             error: None,
             metrics: None,
             then: Settle::Cancel,
+        },
+    }
+}
+
+/// Whether an attempt that ended with `outcome` used one of its task's
+/// attempts, once started. The host's own failures do not, nor an attempt
+/// stopped because its host was drained: the task is requeued as if that
+/// run had not happened.
+pub fn uses_an_attempt(outcome: AttemptOutcome) -> bool {
+    !matches!(outcome, AttemptOutcome::HostFault | AttemptOutcome::Drained)
+}
+
+/// The decision for a report of an attempt stopped because its host was
+/// drained with `--now`: unless it completed (or was cancelled), the task
+/// goes back to the queue without using an attempt.
+pub fn drained(task: &LiveTask, decision: ReportDecision) -> ReportDecision {
+    match decision.then {
+        Settle::Complete { .. } | Settle::Cancel => decision,
+        Settle::Fail(_) | Settle::Requeue => ReportDecision {
+            outcome: AttemptOutcome::Drained,
+            then: after_unsuccessful(task, false, "").into(),
+            ..decision
         },
     }
 }
@@ -579,6 +607,47 @@ mod tests {
         });
         assert_eq!(report(&running(1), &failed).then, Settle::Requeue);
         assert!(matches!(report(&running(3), &failed).then, Settle::Fail(_)));
+    }
+
+    #[test]
+    fn a_host_fault_requeues_without_using_an_attempt_even_on_the_last_one() {
+        let fault = report_of(Outcome::HostFault {
+            message: "cannot launch the trainer: Permission denied".into(),
+        });
+        for runs in [1, 3] {
+            let d = report(&running(runs), &fault);
+            assert_eq!(d.outcome, AttemptOutcome::HostFault);
+            assert_eq!(d.then, Settle::Requeue, "after {runs} runs");
+            assert!(d.error.unwrap().contains("Permission denied"));
+        }
+        assert!(!uses_an_attempt(AttemptOutcome::HostFault));
+        assert!(uses_an_attempt(AttemptOutcome::Failed));
+        assert!(!uses_an_attempt(AttemptOutcome::Drained));
+        assert!(uses_an_attempt(AttemptOutcome::LeaseLost));
+        let cancelled = LiveTask {
+            cancel_requested: true,
+            ..running(1)
+        };
+        assert_eq!(report(&cancelled, &fault).then, Settle::Cancel);
+    }
+
+    #[test]
+    fn an_attempt_stopped_for_a_drain_is_requeued_without_using_an_attempt() {
+        let stopped = report_of(Outcome::LeaseLost {
+            message: "stopped by the master: its host was drained with --now".into(),
+        });
+        let d = drained(&running(3), report(&running(3), &stopped));
+        assert_eq!(
+            (d.outcome, d.then),
+            (AttemptOutcome::Drained, Settle::Requeue)
+        );
+        let done = report_of(Outcome::Completed {
+            metrics: vec![],
+            checkpoint: None,
+            summary: None,
+        });
+        let d = drained(&running(1), report(&running(1), &done));
+        assert_eq!(d.outcome, AttemptOutcome::Completed, "it finished first");
     }
 
     #[test]

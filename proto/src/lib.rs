@@ -53,7 +53,9 @@ pub use timers::Timers;
 /// reloads them (`HostMessage::Adapters`).
 /// Version 9 names the exact adapter version in each dispatch
 /// (`Dispatch::version`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// Version 10 tells the host's own failures from the task's
+/// (`Outcome::HostFault`).
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -254,6 +254,12 @@ pub enum Outcome {
     /// The attempt failed. `retryable` says whether another attempt may
     /// succeed.
     Failed { message: String, retryable: bool },
+    /// The host could not start or contain the trainer for reasons of its
+    /// own (a program it cannot execute, its workspace or cgroup set-up, its
+    /// supervisor, a containment limit of its own too small to start it):
+    /// not the task's fault. The task goes back to the queue without using
+    /// one of its attempts, preferably to another host.
+    HostFault { message: String },
     /// The trainer was stopped because the task was cancelled.
     Cancelled,
     /// The host could not renew the attempt's lease in time and stopped the

@@ -203,6 +203,11 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
             vec![
                 h.id.clone(),
                 if h.connected { "yes" } else { "no" }.to_string(),
+                if h.state.is_empty() {
+                    MISSING.to_string()
+                } else {
+                    h.state.clone()
+                },
                 slots,
                 gpus,
                 if adapters.is_empty() {
@@ -224,6 +229,7 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
         &[
             "HOST",
             "CONNECTED",
+            "STATE",
             "SLOTS",
             "GPUS",
             "ADAPTERS",
@@ -231,9 +237,47 @@ pub fn hosts_table_at(hosts: &[HostView], now_ms: i64) -> String {
             "RUNNING",
             "LAST SEEN",
         ],
-        &[2, 3],
+        &[3, 4],
         rows,
     )
+}
+
+/// One line for each host that takes no new work: drained since when, or
+/// quarantined since when, why, its last error and its next probe.
+pub fn standing_lines_at(hosts: &[HostView], now_ms: i64) -> Vec<String> {
+    let ago = |at: i64| {
+        let took = format::span(Some(at), Some(now_ms)).unwrap_or_default();
+        format!("{} ago", format::duration(took))
+    };
+    let mut lines = vec![];
+    for h in hosts {
+        if let Some(q) = &h.standing.quarantine {
+            let mut line = format!("{} quarantined {}: {}", h.id, ago(q.since_ms), q.reason);
+            if let Some(e) = &q.last_error {
+                line.push_str(&format!("; last error: {}", format::one_line(e, 300)));
+            }
+            let next = if q.next_probe_at_ms <= now_ms {
+                "due".to_string()
+            } else {
+                let wait = format::span(Some(now_ms), Some(q.next_probe_at_ms)).unwrap_or_default();
+                format!("in {}", format::duration(wait))
+            };
+            line.push_str(&format!(
+                "; probe task {next} (or `trainyard hosts unquarantine {}`)",
+                h.id
+            ));
+            lines.push(line);
+        }
+        if let Some(at) = h.standing.drained_at_ms {
+            lines.push(format!(
+                "{} drained {}: no new work (`trainyard hosts undrain {}`)",
+                h.id,
+                ago(at),
+                h.id
+            ));
+        }
+    }
+    lines
 }
 
 /// The Python environments cached on connected hosts: HOST, ENV (the

@@ -856,3 +856,28 @@ impl Standbys {
         out
     }
 }
+
+/// A directory to put first on a host's `PATH` whose `python3` the trainers'
+/// user (`nobody`) cannot run, and the directory that stops it: root's
+/// pyenv shims when this machine has them behind a root-only home (the
+/// case seen in the field), else a script in a fresh directory only root
+/// may enter under `scratch`. Says which on stderr, so neither is silent.
+pub fn unreachable_python(scratch: &Path) -> (PathBuf, PathBuf) {
+    let shims = Path::new("/root/.pyenv/shims");
+    let root_closed = std::fs::metadata("/root").is_ok_and(|m| m.permissions().mode() & 0o001 == 0);
+    if shims.join("python3").is_file() && root_closed {
+        eprintln!("unreachable python3: root's pyenv shim {}", shims.display());
+        return (shims.to_path_buf(), PathBuf::from("/root"));
+    }
+    let closed = scratch.join("closed-bin");
+    std::fs::create_dir_all(&closed).expect("closed-bin");
+    let python = closed.join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n").expect("python3 script");
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("mode");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("mode");
+    eprintln!(
+        "unreachable python3: no pyenv shim behind a closed /root here; using {}",
+        python.display()
+    );
+    (closed.clone(), closed)
+}

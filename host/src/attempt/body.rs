@@ -13,6 +13,7 @@
 //!    on a stop order, on a lost lease or past its time limit.
 //! 4. Ask the adapter for the result, unless the host itself ended the run.
 
+use super::blame::{self, Failure};
 use super::throttle::Throttle;
 use super::{Adapter, Control, HostEnv};
 use crate::agent::AttemptEvent;
@@ -124,6 +125,7 @@ pub fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::Failed {
             retryable: false, ..
         } => "failed",
+        Outcome::HostFault { .. } => "failed (the host's fault)",
         Outcome::Cancelled => "cancelled",
         Outcome::LeaseLost { .. } => "lease lost",
     }
@@ -202,7 +204,10 @@ impl Run<'_> {
                 Ok(w) => w,
                 Err(e) => {
                     return (
-                        failed(format!("cannot create the workspace: {e}"), true),
+                        blame::outcome(
+                            Failure::Workspace,
+                            format!("cannot create the workspace: {e}"),
+                        ),
                         None,
                     )
                 }
@@ -315,7 +320,12 @@ impl Run<'_> {
         let enforcement = &self.env.enforcement;
         let tmp = match workspace.hand_over(enforcement.credentials()) {
             Ok(tmp) => tmp,
-            Err(e) => return failed(format!("cannot prepare the workspace: {e}"), true),
+            Err(e) => {
+                return blame::outcome(
+                    Failure::Workspace,
+                    format!("cannot prepare the workspace: {e}"),
+                )
+            }
         };
         for (name, value) in trainer_home(workspace.path(), &tmp) {
             if !env.iter().any(|(n, _)| *n == name) {
@@ -354,9 +364,13 @@ impl Run<'_> {
                 }
             }
         };
+        // Kept for a memory kill, to run the bare interpreter the same way.
+        let launched = spec.clone();
         let (trainer, mut lines) = match Trainer::spawn(spec, initial).await {
             Ok(t) => t,
-            Err(e) => return failed(format!("cannot launch the trainer: {e}"), true),
+            Err(e) => {
+                return blame::outcome(Failure::Launch, format!("cannot launch the trainer: {e}"))
+            }
         };
         tracing::debug!(attempt = %self.attempt, pid = trainer.pid(), "trainer launched");
 
@@ -458,7 +472,13 @@ impl Run<'_> {
             None => {}
         }
         if let Some(breach) = exit.breach {
-            return failed(describe_breach(breach), false);
+            return match breach {
+                LimitBreach::Memory { .. } => {
+                    let failure = self.memory_kill(&launched, lease).await;
+                    blame::outcome(failure, describe_breach(breach))
+                }
+                LimitBreach::Disk { .. } => failed(describe_breach(breach), false),
+            };
         }
         let status = match exit.status {
             ExitKind::Exited(code) => ExitStatus::Exited(code),
@@ -469,7 +489,10 @@ impl Run<'_> {
                         .into(),
             },
             ExitKind::SupervisorLost(why) => {
-                return failed(format!("lost the trainer's supervisor: {why}"), true)
+                return blame::outcome(
+                    Failure::SupervisorLost,
+                    format!("lost the trainer's supervisor: {why}"),
+                )
             }
         };
         let report = ExitReport {
@@ -478,6 +501,35 @@ impl Run<'_> {
             duration_ms: exit.duration.as_millis() as u64,
         };
         self.finish(&mut instance, workspace, &report).await
+    }
+
+    /// How a trainer `launched` so and killed at its memory limit failed:
+    /// under a limit the host set, before any progress, a bare interpreter
+    /// is run under the same limit to tell whether the limit lets Python
+    /// start at all.
+    async fn memory_kill(
+        &self,
+        launched: &LaunchSpec,
+        lease: &watch::Receiver<LeaseState>,
+    ) -> Failure {
+        let asked_by_task = self.assignment.memory_bytes.is_some();
+        let progressed = self.last_progress.is_some();
+        let deadline = match *lease.borrow() {
+            LeaseState::Held(d) => Some(d),
+            LeaseState::Lost(_) => None,
+        };
+        let bare_starts = match deadline {
+            Some(d) if !asked_by_task && !progressed => {
+                super::baseline::interpreter_starts(launched, d).await
+            }
+            _ => None,
+        };
+        tracing::info!(attempt = %self.attempt, asked_by_task, progressed, ?bare_starts, "trainer killed at its memory limit");
+        Failure::MemoryLimit {
+            asked_by_task,
+            progressed,
+            bare_starts,
+        }
     }
 
     /// The Python environment the trainer runs in: for an adapter whose

@@ -9,8 +9,12 @@
 //! 3. Release the lease and store the report in one atomic step; hand the
 //!    report to the agent, which sends it until the master acknowledges it.
 //!
-//! [`throttle`] keeps progress updates to one per interval.
+//! [`blame`] tells the host's failures from the task's (with [`baseline`]
+//! for a memory kill); [`throttle`] keeps progress updates to one per
+//! interval.
 
+pub mod baseline;
+pub mod blame;
 pub mod body;
 mod throttle;
 

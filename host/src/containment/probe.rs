@@ -176,6 +176,14 @@ impl Enforcement {
         self.user.as_ref().map(|(_, c)| *c)
     }
 
+    /// The user trainers run as: the configured one, else the host's own.
+    pub fn runner(&self) -> crate::runnable::Runner {
+        match &self.user {
+            Some((_, c)) => crate::runnable::Runner::of(c.uid, c.gid),
+            None => crate::runnable::Runner::host_user(),
+        }
+    }
+
     /// The size of the filesystem an attempt's workspace gets for its
     /// adapter, if the disk layer is on and a quota applies.
     pub fn workspace_quota(&self, adapter: &AdapterContainment) -> Option<u64> {

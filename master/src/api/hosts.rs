@@ -1,14 +1,19 @@
 //! `GET /v1/hosts`: every host the master has seen, connected ones with what
-//! they run right now.
+//! they run right now, and whether each takes new work (drained,
+//! quarantined). `POST /v1/hosts/{id}/drain` (`?now=true` stops what it
+//! runs), `/undrain` and `/unquarantine` change that.
 
 use super::error::ApiError;
 use super::AppState;
+use crate::model::HostStanding;
+use crate::scheduler::standing::{StandingChange, StandingError};
 use crate::scheduler::{FreeResources, HostSnapshot, RunningSnapshot};
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use trainyard_proto::messages::{AdapterInfo, PythonEnvironment};
 use trainyard_proto::resources::HostCapacity;
+use trainyard_proto::HostId;
 
 #[derive(Debug, Serialize)]
 pub struct HostView {
@@ -29,6 +34,21 @@ pub struct HostView {
     pub environments: Vec<PythonEnvironment>,
     pub last_seen_ms: i64,
     pub running: Vec<RunningSnapshot>,
+    /// `open`, `drained` or `quarantined` (quarantine first when both).
+    pub state: &'static str,
+    /// Why and since when it takes no new work.
+    pub standing: HostStanding,
+}
+
+/// The one word for a host's standing.
+pub fn state_word(standing: &HostStanding) -> &'static str {
+    if standing.quarantine.is_some() {
+        "quarantined"
+    } else if standing.drained_at_ms.is_some() {
+        "drained"
+    } else {
+        "open"
+    }
 }
 
 pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
@@ -54,6 +74,8 @@ pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>
             environments: vec![],
             last_seen_ms: record.last_seen_ms,
             running: vec![],
+            state: state_word(&record.standing),
+            standing: record.standing,
         });
     }
     views.sort_by(|a, b| a.id.cmp(&b.id));
@@ -75,5 +97,54 @@ fn connected(h: HostSnapshot, now: i64) -> HostView {
         environments: h.environments,
         last_seen_ms: now - h.last_seen_ms_ago as i64,
         running: h.running,
+        state: state_word(&h.standing),
+        standing: h.standing,
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct DrainQuery {
+    /// Stop the attempts it runs now (requeued without using an attempt).
+    #[serde(default)]
+    pub now: bool,
+}
+
+pub async fn drain(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<DrainQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    change(app, id, StandingChange::Drain { now: q.now }).await
+}
+
+pub async fn undrain(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    change(app, id, StandingChange::Undrain).await
+}
+
+pub async fn unquarantine(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    change(app, id, StandingChange::Unquarantine).await
+}
+
+async fn change(
+    app: AppState,
+    id: String,
+    change: StandingChange,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let host =
+        HostId::new(id.clone()).map_err(|e| ApiError::not_found(format!("no host {id:?}: {e}")))?;
+    match app.scheduler.change_standing(host, change).await {
+        Ok(standing) => Ok(Json(serde_json::json!({
+            "id": id,
+            "state": state_word(&standing),
+            "standing": standing,
+        }))),
+        Err(e @ StandingError::UnknownHost(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ StandingError::Unavailable(_)) => Err(ApiError::unavailable(e.to_string())),
     }
 }

@@ -214,7 +214,19 @@ impl MasterScrape {
         for (name, help, value) in gauges {
             single(encoder, name, help, None, &gauge(value))?;
         }
-        Ok(())
+        let standing = hosts.iter().map(|h| {
+            let state = super::hosts::state_word(&h.standing);
+            (
+                [("host", h.id.clone()), ("state", state.to_string())],
+                gauge(1),
+            )
+        });
+        family(
+            encoder,
+            "host_standing",
+            "Each connected host's standing: open, drained or quarantined (taking no new work but a probe task).",
+            standing,
+        )
     }
 }
 

@@ -113,6 +113,9 @@ pub fn router(state: AppState) -> Router {
             post(sweeps::create).layer(DefaultBodyLimit::max(2 << 20)),
         )
         .route("/v1/sweeps/{id}/cancel", post(sweeps::cancel))
+        .route("/v1/hosts/{id}/drain", post(hosts::drain))
+        .route("/v1/hosts/{id}/undrain", post(hosts::undrain))
+        .route("/v1/hosts/{id}/unquarantine", post(hosts::unquarantine))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

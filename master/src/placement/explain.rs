@@ -44,6 +44,22 @@ pub fn why_waiting(
     if able.is_empty() {
         return too_large(route, need, &serving);
     }
+    if able.iter().all(|h| h.closed.is_some()) {
+        let hosts: Vec<String> = able
+            .iter()
+            .map(|h| {
+                format!(
+                    "host {} is {}",
+                    h.id,
+                    h.closed.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        return format!(
+            "no connected host carrying {route} takes new work: {}",
+            hosts.join("; ")
+        );
+    }
     if let Some(r) = reservation.filter(|r| r.task == task) {
         return match able.iter().find(|h| h.id == r.host) {
             Some(h) => format!(
@@ -210,6 +226,17 @@ mod tests {
         assert_eq!(
             why_waiting(1, &route(), &gpus(3), &[host("gpu-3", 2, 2, 2)], None),
             "needs 3 GPUs; the largest connected host carrying a with kind k has 2 GPUs (gpu-3)"
+        );
+    }
+
+    #[test]
+    fn a_task_whose_only_host_is_quarantined_says_why_and_the_last_error() {
+        let mut h = host("h1", 1, 0, 0);
+        h.closed = Some("quarantined: its last 3 attempts failed for the host's own reasons; last error: EACCES".into());
+        assert_eq!(
+            why_waiting(1, &route(), &gpus(0), &[h], None),
+            "no connected host carrying a with kind k takes new work: host h1 is quarantined: \
+             its last 3 attempts failed for the host's own reasons; last error: EACCES"
         );
     }
 

@@ -6,6 +6,11 @@
 //! tasks keep off GPU hosts and GPU tasks pack), then the most free slots,
 //! then the fewest dispatches so far (spreading ties).
 //!
+//! **Anti-affinity.** A task that failed on a host for the host's own
+//! reasons (a program it cannot execute, its cgroup set-up, ...) keeps off
+//! that host while another host serving its route could hold it; when none
+//! could, it may go back there rather than wait forever ([`avoided`]).
+//!
 //! **Fairness.** Small requests could otherwise starve a large one forever:
 //! every time a GPU frees up, a one-GPU task behind a two-GPU task takes it.
 //! So the first task in queue order that some connected host could hold
@@ -32,6 +37,8 @@ pub struct HostView {
     pub free: Room,
     /// False while it cools down after refusing a dispatch.
     pub accepting: bool,
+    /// Why it takes no new work (drained, quarantined); `None`: it does.
+    pub closed: Option<String>,
     /// Dispatches it got since it connected, to spread ties.
     pub dispatched: u64,
 }
@@ -58,6 +65,7 @@ pub fn may_take(
     reservation: Option<&Reservation>,
 ) -> bool {
     host.accepting
+        && host.closed.is_none()
         && host.free.fits(need)
         && host.serves(route)
         && reservation.is_none_or(|r| r.host != host.id || r.task == task)
@@ -71,10 +79,42 @@ pub fn choose(
     task: TaskId,
     reservation: Option<&Reservation>,
 ) -> Option<usize> {
+    choose_avoiding(hosts, route, need, task, reservation, &[])
+}
+
+/// The hosts a task that failed on `failed_on` for their own reasons keeps
+/// off: all of them, as long as another host serving its route could hold
+/// it; none when no other could (it then waits for them rather than for
+/// nothing).
+pub fn avoided<'a>(
+    hosts: &[HostView],
+    route: &Route,
+    need: &Need,
+    failed_on: &'a [HostId],
+) -> &'a [HostId] {
+    let elsewhere = hosts.iter().any(|h| {
+        !failed_on.contains(&h.id) && h.closed.is_none() && h.serves(route) && h.total.fits(need)
+    });
+    if elsewhere {
+        failed_on
+    } else {
+        &[]
+    }
+}
+
+/// The host `task` goes to now, if any, other than those in `avoid`.
+pub fn choose_avoiding(
+    hosts: &[HostView],
+    route: &Route,
+    need: &Need,
+    task: TaskId,
+    reservation: Option<&Reservation>,
+    avoid: &[HostId],
+) -> Option<usize> {
     hosts
         .iter()
         .enumerate()
-        .filter(|(_, h)| may_take(h, route, need, task, reservation))
+        .filter(|(_, h)| !avoid.contains(&h.id) && may_take(h, route, need, task, reservation))
         .max_by_key(|(_, h)| {
             (
                 Reverse(h.free.gpus - need.gpus),
@@ -138,6 +178,7 @@ pub(crate) mod tests {
                 ..total
             },
             accepting: true,
+            closed: None,
             dispatched: 0,
         }
     }
@@ -180,6 +221,48 @@ pub(crate) mod tests {
         let h = host("h", 1, 0, 0);
         assert!(!may_take(&h, &Route::new("a", "other"), &gpus(0), 1, None));
         assert!(may_take(&h, &route(), &gpus(0), 1, None));
+    }
+
+    #[test]
+    fn a_task_keeps_off_the_hosts_it_failed_on_while_another_could_hold_it() {
+        let broken = HostId::new("broken").unwrap();
+        let hosts = [host("broken", 4, 0, 0), host("healthy", 1, 0, 0)];
+        let failed_on = [broken.clone()];
+        let avoid = avoided(&hosts, &route(), &gpus(0), &failed_on);
+        assert_eq!(avoid, &failed_on[..]);
+        assert_eq!(
+            choose_avoiding(&hosts, &route(), &gpus(0), 1, None, avoid),
+            Some(1),
+            "the healthy host, though the broken one has more free slots"
+        );
+        // The healthy host busy: the task waits for it.
+        let mut busy = hosts.clone();
+        busy[1].free.slots = 0;
+        assert_eq!(
+            choose_avoiding(&busy, &route(), &gpus(0), 1, None, avoid),
+            None
+        );
+        // No other host could ever hold it: the preference yields.
+        let alone = [host("broken", 4, 0, 0)];
+        assert!(avoided(&alone, &route(), &gpus(0), &failed_on).is_empty());
+        let small = [host("broken", 4, 2, 2), host("healthy", 1, 0, 0)];
+        assert!(
+            avoided(&small, &route(), &gpus(1), &failed_on).is_empty(),
+            "the other host has no GPU"
+        );
+    }
+
+    #[test]
+    fn a_drained_or_quarantined_host_takes_nothing_and_is_no_place_to_go_instead() {
+        let mut closed = host("closed", 4, 0, 0);
+        closed.closed = Some("drained by an operator".into());
+        assert!(!may_take(&closed, &route(), &gpus(0), 1, None));
+        let failed_on = [HostId::new("broken").unwrap()];
+        let hosts = [host("broken", 4, 0, 0), closed];
+        assert!(
+            avoided(&hosts, &route(), &gpus(0), &failed_on).is_empty(),
+            "the only other host takes no work"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ impl Scheduler {
             now,
             self.config.reserve_after,
             self.config.versions,
+            &self.state.failed_on,
         );
         for p in placed {
             let host_id = hosts[p.host].id.clone();
@@ -59,6 +60,7 @@ impl Scheduler {
                 .expect("placement only uses connected hosts");
             host.dispatched += 1;
             let session = host.session;
+            self.note_probe(&host_id, attempt);
             self.state.assign(
                 task.id,
                 Live {
@@ -76,6 +78,8 @@ impl Scheduler {
                     submitted: task.submitted,
                     assignment_unknown: false,
                     last_progress: None,
+                    started: None,
+                    drained: false,
                 },
             );
             cycle.events.push(self.event(

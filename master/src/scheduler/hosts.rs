@@ -206,6 +206,7 @@ impl Scheduler {
             agent: hello.agent,
             first_seen_ms: now,
             last_seen_ms: now,
+            standing: Default::default(),
         });
     }
 
@@ -241,6 +242,7 @@ impl Scheduler {
             agent: h.agent.clone(),
             first_seen_ms: now_ms(),
             last_seen_ms: now_ms(),
+            standing: Default::default(),
         };
         tracing::info!(
             host = %id,
@@ -408,6 +410,7 @@ impl Scheduler {
         live.assignment_unknown = assignment.is_none();
         live.slot = Some(slot);
         live.runs += 1;
+        live.started = Some(Instant::now());
         live.dispatch_deadline_ms = None;
         if let Some(submitted) = live.submitted.take() {
             cycle.count(super::tally::Counted::SubmitToStart(submitted.elapsed()));
@@ -448,6 +451,20 @@ impl Scheduler {
             then.into(),
             cycle,
         );
+    }
+
+    /// Notes that `attempt` failed on `host` for the host's own reasons:
+    /// its task avoids that host from now on (while another can run it),
+    /// and the host cools down as after a refusal.
+    pub(super) fn host_faulted(&mut self, attempt: AttemptRef, host: &HostId, error: &str) {
+        tracing::warn!(%host, %attempt, %error, "the host failed the attempt for reasons of its own; requeued without using an attempt");
+        let hosts = self.state.failed_on.entry(attempt.task).or_default();
+        if !hosts.contains(host) {
+            hosts.push(host.clone());
+        }
+        if let Some(h) = self.state.hosts.get_mut(host) {
+            h.cooldown_until = Some(Instant::now() + REFUSAL_COOLDOWN);
+        }
     }
 
     /// Why a host must stop an attempt, for its log.

@@ -33,6 +33,7 @@ pub mod queue;
 mod recover;
 mod reports;
 pub mod snapshot;
+pub mod standing;
 pub mod state;
 pub mod tally;
 
@@ -102,6 +103,12 @@ pub enum Command {
         session: SessionId,
         message: HostMessage,
     },
+    /// An operator drains, undrains or unquarantines a host.
+    Standing {
+        host: HostId,
+        change: standing::StandingChange,
+        reply: standing::StandingReply,
+    },
 }
 
 /// The scheduler's answer to [`Command::Admit`].
@@ -169,6 +176,8 @@ pub struct HostSnapshot {
     pub connected_for_ms: u64,
     pub last_seen_ms_ago: u64,
     pub running: Vec<RunningSnapshot>,
+    /// Whether it takes new work (drained, quarantined).
+    pub standing: crate::model::HostStanding,
 }
 
 /// A host's free share, as the API shows it.
@@ -269,6 +278,24 @@ impl SchedulerHandle {
         Ok(outcomes)
     }
 
+    /// Changes a host's standing; answers with it once stored.
+    pub async fn change_standing(
+        &self,
+        host: HostId,
+        change: standing::StandingChange,
+    ) -> Result<crate::model::HostStanding, standing::StandingError> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || standing::StandingError::Unavailable("the scheduler is not running".into());
+        self.send(Command::Standing {
+            host,
+            change,
+            reply,
+        })
+        .await
+        .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
     pub async fn cancel(&self, task: TaskId) -> Result<CancelOutcome, SchedulerGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Cancel { task, reply }).await?;
@@ -310,6 +337,8 @@ pub struct SchedulerConfig {
     /// The leader's term its Redis fences carry (0 when masters do not
     /// elect a leader).
     pub term: u64,
+    /// When a host is quarantined and probed.
+    pub quarantine: crate::standing::QuarantinePolicy,
 }
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost
@@ -330,6 +359,8 @@ impl Epoch {
 
 pub struct Scheduler {
     state: State,
+    /// Stores hosts' standings (drain, quarantine) in order.
+    standing_writer: mpsc::UnboundedSender<standing::StandingWrite>,
     store: Store,
     redis: Arc<RedisLink>,
     keys: Keys,
@@ -387,12 +418,17 @@ impl Scheduler {
             tasks: BTreeMap::new(),
         });
         let mut state = State::default();
-        state.load(store.pending().await?, store.live().await?);
+        state.load(
+            store.pending().await?,
+            store.live().await?,
+            store.host_faults().await?,
+        );
         let finished = counts::Finished::of(&store.status_counts(&TaskStatus::TERMINAL).await?);
         for host in store.hosts().await? {
             let Ok(id) = HostId::new(host.id.clone()) else {
                 continue;
             };
+            state.standing.insert(id.clone(), host.standing);
             state.saw(
                 &id,
                 state::KnownHost {
@@ -405,8 +441,10 @@ impl Scheduler {
         for name in &config.known_adapters {
             state.catalog.declare(name);
         }
+        let standing_writer = standing::spawn_writer(store.clone());
         let mut scheduler = Scheduler {
             state,
+            standing_writer,
             store,
             redis,
             keys,
@@ -539,6 +577,11 @@ impl Scheduler {
                 let _ = reply.send(admission);
             }
             Command::Disconnected { host, session } => self.disconnected(&host, session),
+            Command::Standing {
+                host,
+                change,
+                reply,
+            } => self.change_standing(host, change, reply, cycle),
             Command::Message {
                 host,
                 session,
@@ -636,6 +679,7 @@ impl Scheduler {
 
     fn cancel(&mut self, task: TaskId, reply: oneshot::Sender<CancelOutcome>, cycle: &mut Cycle) {
         if let Some(queued) = self.state.queue.remove(task) {
+            self.state.failed_on.remove(&task);
             cycle.count(tally::Counted::Ended {
                 adapter: queued.route.adapter,
                 status: TaskStatus::Cancelled,
@@ -723,10 +767,11 @@ impl Scheduler {
             self.store.pending().await,
             self.store.live().await,
             self.store.status_counts(&TaskStatus::TERMINAL).await,
+            self.store.host_faults().await,
         );
         match read {
-            (Ok(pending), Ok(live), Ok(counts)) => {
-                self.state.load(pending, live);
+            (Ok(pending), Ok(live), Ok(counts), Ok(faults)) => {
+                self.state.load(pending, live, faults);
                 self.finished = counts::Finished::of(&counts);
                 self.resync = false;
                 tracing::info!(
@@ -735,7 +780,7 @@ impl Scheduler {
                     "task state reloaded from the database"
                 );
             }
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
                 tracing::error!(error = %e, "cannot reload task state; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -790,6 +835,7 @@ impl Scheduler {
                     connected_for_ms: h.connected_at.elapsed().as_millis() as u64,
                     last_seen_ms_ago: h.last_seen.elapsed().as_millis() as u64,
                     running,
+                    standing: self.state.standing.get(id).cloned().unwrap_or_default(),
                 }
             })
             .collect();

@@ -5,7 +5,8 @@
 //! writes and dispatches.
 
 use super::queue::{Queue, Queued};
-use crate::placement::fit::{choose, could_ever_fit, may_take, reservation_host};
+use super::state::FailedOn;
+use crate::placement::fit::{avoided, choose_avoiding, could_ever_fit, may_take, reservation_host};
 use crate::placement::{HostView, Reservation, Route, VersionChoice};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -40,7 +41,8 @@ fn effective<'a>(narrowed: &'a HashMap<Route, Route>, route: &'a Route) -> &'a R
 /// Places what fits, in queue order, taking each placement's share out of
 /// `hosts` (so they show what stays free), and keeps or makes the
 /// reservation of the fairness rule. Each task goes to a host carrying the
-/// version `versions` picks for it.
+/// version `versions` picks for it, keeping off the hosts it failed on for
+/// their own reasons (`failed_on`) while another could hold it.
 pub fn plan(
     queue: &mut Queue,
     hosts: &mut [HostView],
@@ -48,7 +50,9 @@ pub fn plan(
     now: Instant,
     reserve_after: Duration,
     versions: VersionChoice,
+    failed_on: &FailedOn,
 ) -> Vec<Placement> {
+    let failed = |task| failed_on.get(&task).map_or(&[][..], Vec::as_slice);
     let routes = narrowed(versions, queue, hosts);
     if reservation
         .as_ref()
@@ -61,19 +65,16 @@ pub fn plan(
         let held = reservation.as_ref();
         let Some(task) = queue.first_where(|class, head| {
             let route = effective(&routes, &class.route);
+            let avoid = avoided(hosts, route, &class.need, failed(head));
             hosts
                 .iter()
-                .any(|h| may_take(h, route, &class.need, head, held))
+                .any(|h| !avoid.contains(&h.id) && may_take(h, route, &class.need, head, held))
         }) else {
             break;
         };
-        let Some(host) = choose(
-            hosts,
-            effective(&routes, &task.route),
-            &task.need,
-            task.id,
-            held,
-        ) else {
+        let route = effective(&routes, &task.route);
+        let avoid = avoided(hosts, route, &task.need, failed(task.id));
+        let Some(host) = choose_avoiding(hosts, route, &task.need, task.id, held, avoid) else {
             break;
         };
         queue.remove(task.id);
@@ -167,7 +168,15 @@ mod tests {
             queue.push(queued(1, gpus(0), t0));
             queue.push(queued(2, gpus(0), t0));
             let mut hosts = [with("old", &["1.0.0"]), with("new", &["1.0.0", "2.0.0"])];
-            let placed = plan(&mut queue, &mut hosts, &mut None, t0, BOUND, versions);
+            let placed = plan(
+                &mut queue,
+                &mut hosts,
+                &mut None,
+                t0,
+                BOUND,
+                versions,
+                &FailedOn::new(),
+            );
             let mut on: Vec<&str> = placed.iter().map(|p| hosts[p.host].id.as_str()).collect();
             on.sort();
             on.join(" ")
@@ -175,6 +184,31 @@ mod tests {
         // The old host stays idle: only the new one carries 2.0.0.
         assert_eq!(place(VersionChoice::Fleet), "new");
         assert_eq!(place(VersionChoice::Host), "new old");
+    }
+
+    #[test]
+    fn a_task_that_failed_on_a_host_for_its_reasons_goes_elsewhere_and_others_still_go_there() {
+        let t0 = Instant::now();
+        let mut queue = Queue::default();
+        queue.push(queued(1, gpus(0), t0));
+        queue.push(queued(2, gpus(0), t0));
+        let mut hosts = [host("broken", 4, 0, 0), host("healthy", 1, 0, 0)];
+        let failed_on =
+            FailedOn::from([(1, vec![trainyard_proto::HostId::new("broken").unwrap()])]);
+        let placed = plan(
+            &mut queue,
+            &mut hosts,
+            &mut None,
+            t0,
+            BOUND,
+            VersionChoice::Fleet,
+            &failed_on,
+        );
+        let on: Vec<(u64, &str)> = placed
+            .iter()
+            .map(|p| (p.task.id, hosts[p.host].id.as_str()))
+            .collect();
+        assert_eq!(on, [(1, "healthy"), (2, "broken")]);
     }
 
     #[test]
@@ -193,6 +227,7 @@ mod tests {
             t0,
             BOUND,
             VersionChoice::Fleet,
+            &FailedOn::new(),
         );
         // 1 takes one GPU; 2 needs both and waits; 3 takes the other.
         assert_eq!(ids(&placed), [1, 3]);
@@ -221,6 +256,7 @@ mod tests {
                 now,
                 BOUND,
                 VersionChoice::Fleet,
+                &FailedOn::new(),
             );
             if ids(&placed).contains(&1) {
                 large_placed_at = Some(round);
@@ -248,7 +284,8 @@ mod tests {
             &mut held,
             later,
             BOUND,
-            VersionChoice::Fleet
+            VersionChoice::Fleet,
+            &FailedOn::new()
         )
         .is_empty());
         assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("a"));
@@ -261,6 +298,7 @@ mod tests {
             later,
             BOUND,
             VersionChoice::Fleet,
+            &FailedOn::new(),
         );
         assert_eq!(held.as_ref().map(|r| r.host.as_str()), Some("b"));
         queue.remove(1);
@@ -271,6 +309,7 @@ mod tests {
             later,
             BOUND,
             VersionChoice::Fleet,
+            &FailedOn::new(),
         );
         assert!(held.is_none());
     }
@@ -290,6 +329,7 @@ mod tests {
             t0 + BOUND * 2,
             BOUND,
             VersionChoice::Fleet,
+            &FailedOn::new(),
         );
         assert_eq!(
             held.map(|r| r.task),

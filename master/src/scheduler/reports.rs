@@ -36,7 +36,10 @@ impl Scheduler {
             }
             self.final_progress(&report, cycle);
             let live = self.state.live.get(&attempt.task).cloned().unwrap_or(live);
-            let decision = recovery::report(&live.view(), &report);
+            let mut decision = recovery::report(&live.view(), &report);
+            if live.drained {
+                decision = recovery::drained(&live.view(), decision);
+            }
             tracing::info!(
                 %attempt,
                 host = %report.host,
@@ -80,9 +83,17 @@ impl Scheduler {
         then: Settle,
         cycle: &mut Cycle,
     ) {
-        let Some(live) = self.state.release(attempt.task) else {
+        let Some(mut live) = self.state.release(attempt.task) else {
             return;
         };
+        if outcome == AttemptOutcome::HostFault {
+            self.host_faulted(attempt, &live.host, error.as_deref().unwrap_or_default());
+        }
+        if !recovery::uses_an_attempt(outcome) && live.status == TaskStatus::Running {
+            live.runs = live.runs.saturating_sub(1);
+        }
+        let ran_for = live.started.map(|at| at.elapsed());
+        self.attempt_ended(&live.host, attempt, outcome, error.as_deref(), ran_for);
         let (status, next) = match then {
             Settle::Complete { result, checkpoint } => (
                 TaskStatus::Completed,
@@ -115,7 +126,9 @@ impl Scheduler {
             metrics,
             next,
         });
-        if status == TaskStatus::Pending {
+        if status != TaskStatus::Pending {
+            self.state.failed_on.remove(&attempt.task);
+        } else {
             self.state.queue.push(Queued {
                 id: attempt.task,
                 route: live.route,

@@ -9,9 +9,10 @@
 //! the host says that attempt holds).
 
 use super::queue::{Queue, Queued};
-use crate::model::{ProgressView, TaskStatus};
+use crate::model::{HostStanding, ProgressView, TaskStatus};
 use crate::placement::{Catalog, HostView, Need, Reservation, Room, Route};
 use crate::recovery::LiveTask;
+use crate::standing::{gate, Gate, Recent};
 use crate::store::{LiveTask as StoredLive, QueuedTask};
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -50,6 +51,12 @@ pub struct Live {
     /// The newest progress of this attempt the master has heard, so the
     /// final progress a report carries is stored only if it was missed.
     pub last_progress: Option<ProgressView>,
+    /// When its host started it, as this master saw (for the quarantine's
+    /// quick failures).
+    pub started: Option<Instant>,
+    /// Its host was drained with `--now`: it was told to stop, and its end
+    /// requeues the task without using an attempt.
+    pub drained: bool,
 }
 
 impl Live {
@@ -135,6 +142,7 @@ impl Host {
             total: self.total(),
             free: self.free(),
             accepting: self.accepting(now),
+            closed: None,
             dispatched: self.dispatched,
         }
     }
@@ -166,11 +174,37 @@ pub struct State {
     /// Stale attempts found in Redis at start-up, by host: each is told to
     /// stop when its host connects.
     pub stale_on_connect: HashMap<HostId, BTreeSet<AttemptRef>>,
+    /// The hosts each unfinished task failed on for the host's own reasons,
+    /// which placement avoids for it while another host can run it. Kept
+    /// in the database as the task's `HOST_FAULT` attempts.
+    pub failed_on: FailedOn,
+    /// Whether each host ever seen takes new work (drain, quarantine), as
+    /// stored.
+    pub standing: HashMap<HostId, HostStanding>,
+    /// How each host's recent attempts ended, for the quarantine (since
+    /// this master started).
+    pub recent: HashMap<HostId, Recent>,
+    /// The probe task each quarantined host runs, if any.
+    pub probes: HashMap<HostId, AttemptRef>,
 }
+
+/// Hosts by task: where each failed for the host's own reasons.
+pub type FailedOn = HashMap<TaskId, Vec<HostId>>;
 
 impl State {
     /// Replaces the queue and the live tasks with what the database holds.
-    pub fn load(&mut self, pending: Vec<QueuedTask>, live: Vec<StoredLive>) {
+    pub fn load(
+        &mut self,
+        pending: Vec<QueuedTask>,
+        live: Vec<StoredLive>,
+        host_faults: Vec<(TaskId, String)>,
+    ) {
+        self.failed_on.clear();
+        for (task, host) in host_faults {
+            if let Ok(host) = HostId::new(host) {
+                self.failed_on.entry(task).or_default().push(host);
+            }
+        }
         self.queue = Queue::default();
         let now = Instant::now();
         for t in pending {
@@ -210,6 +244,8 @@ impl State {
                 submitted: None,
                 assignment_unknown: false,
                 last_progress: t.progress,
+                started: None,
+                drained: false,
             };
             self.assign(t.id, live);
         }
@@ -261,8 +297,24 @@ impl State {
     }
 
     /// The connected hosts as placement sees them, by id.
+    /// The connected hosts as placement sees them: a drained or quarantined
+    /// host is closed, one due a probe offers one slot.
     pub fn host_views(&self, now: Instant) -> Vec<HostView> {
-        let mut views: Vec<HostView> = self.hosts.iter().map(|(id, h)| h.view(id, now)).collect();
+        let now_ms = trainyard_proto::now_ms();
+        let mut views: Vec<HostView> = self
+            .hosts
+            .iter()
+            .map(|(id, h)| {
+                let mut view = h.view(id, now);
+                let standing = self.standing.get(id).cloned().unwrap_or_default();
+                match gate(&standing, now_ms, !h.assigned.is_empty()) {
+                    Gate::Open => {}
+                    Gate::Probe => view.free.slots = view.free.slots.min(1),
+                    Gate::Closed(why) => view.closed = Some(why),
+                }
+                view
+            })
+            .collect();
         views.sort_by(|a, b| a.id.cmp(&b.id));
         views
     }
@@ -334,6 +386,8 @@ mod tests {
             submitted: None,
             assignment_unknown: false,
             last_progress: None,
+            started: None,
+            drained: false,
         };
         state.assign(7, live);
         assert_eq!(

@@ -491,7 +491,8 @@ fn finish_rows<'w>(
         Param::opt_text(task_error),
     ];
     task.extend(checkpoint_params(checkpoint));
-    task.extend([Param::int(started), slot.clone()]);
+    let counted = i64::from(crate::recovery::uses_an_attempt(*outcome));
+    task.extend([Param::int(started), slot.clone(), Param::int(counted)]);
     task.extend(live());
     let metrics = metrics.as_ref().map(json::metrics).transpose()?;
     let attempt = vec![

@@ -4,7 +4,9 @@
 
 use super::values::{self, Param};
 use super::{json, rows, Backend, Result, Store, StoreError};
-use crate::model::{HostRecord, ProgressView, StoredCheckpoint, Task, TaskDetail, TaskStatus};
+use crate::model::{
+    HostRecord, HostStanding, ProgressView, StoredCheckpoint, Task, TaskDetail, TaskStatus,
+};
 use std::collections::BTreeMap;
 use trainyard_proto::adapter_version::VersionPin;
 use trainyard_proto::resources::ResourceRequest;
@@ -191,6 +193,34 @@ impl Store {
         found.iter().map(rows::queued).collect()
     }
 
+    /// The hosts each unfinished task failed on for the host's own reasons
+    /// (its `HOST_FAULT` attempts), as (task, host) pairs.
+    pub async fn host_faults(&self) -> Result<Vec<(TaskId, String)>> {
+        use sqlx::Row;
+        let found = sqlx::query(
+            "SELECT DISTINCT a.task_id, a.host_id FROM tasks t \
+             JOIN attempts a ON a.task_id = t.id \
+             WHERE t.ended IS NULL AND a.outcome = 'HOST_FAULT' ORDER BY a.task_id, a.host_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db(
+            "read where tasks failed for their hosts' reasons",
+        ))?;
+        found
+            .iter()
+            .map(|row| {
+                let task: i64 = row
+                    .try_get("task_id")
+                    .map_err(StoreError::db("read a host fault"))?;
+                let host: String = row
+                    .try_get("host_id")
+                    .map_err(StoreError::db("read a host fault"))?;
+                Ok((task as TaskId, host))
+            })
+            .collect()
+    }
+
     /// DISPATCHED and RUNNING tasks, by id.
     pub async fn live(&self) -> Result<Vec<LiveTask>> {
         let sql = format!(
@@ -325,6 +355,34 @@ impl Store {
         .map_err(StoreError::db("record a host"))?;
         tx.commit().await.map_err(StoreError::db("record a host"))?;
         Ok(())
+    }
+
+    /// Records whether `host` takes new work; false if no such host was
+    /// ever seen.
+    pub async fn set_standing(&self, host: &str, standing: &HostStanding) -> Result<bool> {
+        let q = standing.quarantine.as_ref();
+        let mut tx = self.write_tx("record a host's standing").await?;
+        let done = sqlx::query(
+            "UPDATE hosts SET drained_at_ms = $2, quarantined_at_ms = $3, quarantine_reason = $4, \
+             last_error = $5, failed_probes = $6, next_probe_at_ms = $7 WHERE id = $1",
+        )
+        .bind(host.replace('\0', "\u{FFFD}"))
+        .bind(standing.drained_at_ms)
+        .bind(q.map(|q| q.since_ms))
+        .bind(q.map(|q| q.reason.replace('\0', "\u{FFFD}")))
+        .bind(
+            q.and_then(|q| q.last_error.as_ref())
+                .map(|e| e.replace('\0', "\u{FFFD}")),
+        )
+        .bind(i64::from(q.map_or(0, |q| q.failed_probes)))
+        .bind(q.map(|q| q.next_probe_at_ms))
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::db("record a host's standing"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::db("record a host's standing"))?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Every host ever seen, by id.

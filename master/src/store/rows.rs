@@ -7,7 +7,8 @@ use super::json;
 use super::read::{DispatchPayload, LiveTask, QueuedTask};
 use super::{Result, StoreError};
 use crate::model::{
-    Attempt, AttemptOutcome, CheckpointView, HostRecord, StoredCheckpoint, Task, TaskStatus,
+    Attempt, AttemptOutcome, CheckpointView, HostRecord, HostStanding, Quarantine,
+    StoredCheckpoint, Task, TaskStatus,
 };
 use crate::search::spec::Direction;
 use crate::search::{SweepRecord, TrialRow};
@@ -37,7 +38,8 @@ pub(super) const PAYLOAD_COLUMNS: &str =
     "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
 
 pub(super) const HOST_COLUMNS: &str =
-    "id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity";
+    "id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity, drained_at_ms, \
+     quarantined_at_ms, quarantine_reason, last_error, failed_probes, next_probe_at_ms";
 
 /// The cells of one row, with the row's name for error messages.
 struct Cells<'r> {
@@ -313,6 +315,19 @@ pub(super) fn host(row: &AnyRow) -> Result<HostRecord> {
         agent: c.text("agent")?,
         first_seen_ms: c.i64("first_seen_ms")?,
         last_seen_ms: c.i64("last_seen_ms")?,
+        standing: HostStanding {
+            drained_at_ms: c.opt_i64("drained_at_ms")?,
+            quarantine: match c.opt_i64("quarantined_at_ms")? {
+                None => None,
+                Some(since_ms) => Some(Quarantine {
+                    since_ms,
+                    reason: c.opt_text("quarantine_reason")?.unwrap_or_default(),
+                    last_error: c.opt_text("last_error")?,
+                    failed_probes: c.u32("failed_probes")?,
+                    next_probe_at_ms: c.opt_i64("next_probe_at_ms")?.unwrap_or(since_ms),
+                }),
+            },
+        },
         id,
     })
 }

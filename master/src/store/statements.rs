@@ -154,15 +154,18 @@ const STARTS_HERE: &str = "v_started = 1 AND status = 'DISPATCHED'";
 pub(super) fn finish_tasks() -> String {
     // Requeue (`v_status = 'PENDING'`) frees the host and slot and leaves the
     // task unfinished; every other outcome is terminal and keeps the host
-    // for history.
+    // for history. An attempt that did not use one of the task's
+    // (`v_counted = 0`, the host's fault) takes back the run its start
+    // counted.
     format!(
         "WITH v(v_id, v_attempt, v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, \
-             v_started, v_slot, v_expect, v_expect_or) AS (VALUES {{values}}) \
+             v_started, v_slot, v_counted, v_expect, v_expect_or) AS (VALUES {{values}}) \
          UPDATE tasks SET status = v_status, result = COALESCE(v_result, result), \
              error = COALESCE(v_error, error), \
              host_id = CASE WHEN v_status = 'PENDING' THEN NULL ELSE host_id END, \
              slot = CASE WHEN v_status = 'PENDING' THEN NULL WHEN {STARTS_HERE} THEN v_slot ELSE slot END, \
-             runs = CASE WHEN {STARTS_HERE} THEN runs + 1 ELSE runs END, \
+             runs = CASE WHEN {STARTS_HERE} THEN runs + v_counted \
+                 WHEN v_counted = 0 AND status = 'RUNNING' THEN runs - 1 ELSE runs END, \
              started_at_ms = CASE WHEN {STARTS_HERE} THEN COALESCE(started_at_ms, {{now}}) ELSE started_at_ms END, \
              cancel_requested = CASE WHEN v_status = 'PENDING' THEN 0 ELSE cancel_requested END, \
              dispatch_deadline_ms = NULL, \
@@ -178,7 +181,7 @@ pub(super) fn finish_cols() -> Vec<Col> {
     [Col::Int, Col::Int, Col::Text, Col::Text, Col::Text]
         .into_iter()
         .chain(CHECKPOINT_COLS)
-        .chain([Col::Int, Col::Int])
+        .chain([Col::Int, Col::Int, Col::Int])
         .chain(LIVE_COLS)
         .collect()
 }

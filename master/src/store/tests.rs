@@ -59,6 +59,7 @@ on_both_backends!(
     tasks_filter_by_status_and_adapter_and_page_newest_first,
     status_counts_list_every_status,
     hosts_upsert_keeps_first_seen,
+    a_hosts_standing_is_stored_and_outlives_its_next_hello,
     unreadable_rows_are_errors_naming_task_and_column,
     ten_thousand_tasks_through_a_full_cycle,
     resources_and_assignments_are_kept_with_tasks_and_attempts,
@@ -974,6 +975,7 @@ async fn hosts_upsert_keeps_first_seen(store: Store) {
             memory_bytes: 64 << 30,
             gpus: vec!["0".into(), "1".into()],
         }),
+        standing: Default::default(),
     };
     store.upsert_host(&first).await.unwrap();
     let other = HostRecord {
@@ -1007,6 +1009,53 @@ async fn hosts_upsert_keeps_first_seen(store: Store) {
         "a returning host keeps its first sighting and takes the rest"
     );
     assert_eq!(hosts[0], other);
+}
+
+async fn a_hosts_standing_is_stored_and_outlives_its_next_hello(store: Store) {
+    use crate::model::{HostStanding, Quarantine};
+    let record = HostRecord {
+        id: "h1".into(),
+        slots: 1,
+        adapters: vec![],
+        agent: "x".into(),
+        first_seen_ms: NOW,
+        last_seen_ms: NOW,
+        capacity: None,
+        standing: Default::default(),
+    };
+    store.upsert_host(&record).await.unwrap();
+    let standing = HostStanding {
+        drained_at_ms: Some(NOW + 1),
+        quarantine: Some(Quarantine {
+            since_ms: NOW + 2,
+            reason: "its last 3 attempts failed for the host's own reasons".into(),
+            last_error: Some("cannot launch the trainer: Permission denied".into()),
+            failed_probes: 2,
+            next_probe_at_ms: NOW + 60_000,
+        }),
+    };
+    assert!(store.set_standing("h1", &standing).await.unwrap());
+    assert!(
+        !store.set_standing("nobody", &standing).await.unwrap(),
+        "no such host"
+    );
+    store
+        .upsert_host(&HostRecord {
+            last_seen_ms: NOW + 9,
+            ..record.clone()
+        })
+        .await
+        .unwrap();
+    let hosts = store.hosts().await.unwrap();
+    assert_eq!(hosts[0].standing, standing, "a hello does not clear it");
+    store
+        .set_standing("h1", &HostStanding::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.hosts().await.unwrap()[0].standing,
+        HostStanding::default()
+    );
 }
 
 async fn unreadable_rows_are_errors_naming_task_and_column(store: Store) {
@@ -1566,6 +1615,7 @@ async fn a_deposed_leaders_writes_are_refused_by_term_and_change_nothing() {
             first_seen_ms: NOW,
             last_seen_ms: NOW,
             capacity: None,
+            standing: Default::default(),
         })
         .await,
         Err(StoreError::Deposed { .. })

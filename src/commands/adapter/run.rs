@@ -322,6 +322,10 @@ fn print_report(report: &LocalReport) {
             };
             println!("result: failed after {took} ({class})\n  error: {message}");
         }
+        Outcome::HostFault { message } => println!(
+            "result: failed after {took} (the host's fault: a host would requeue the task \
+             without using an attempt)\n  error: {message}"
+        ),
         Outcome::Cancelled => println!("result: cancelled after {took}"),
         Outcome::LeaseLost { message } => println!("result: stopped after {took}: {message}"),
     }

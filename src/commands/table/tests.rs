@@ -197,6 +197,8 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         containment: vec!["cgroup v2".into(), "landlock abi 6".into()],
         environments: vec![],
         last_seen_ms: NOW - 1_000,
+        state: "open".into(),
+        standing: Default::default(),
         running: vec![
             RunningView {
                 task: 3,
@@ -220,15 +222,27 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         adapters: vec![],
         last_seen_ms: NOW - 600_000,
         running: vec![],
+        state: "quarantined".into(),
+        standing: trainyard_master::model::HostStanding {
+            drained_at_ms: None,
+            quarantine: Some(trainyard_master::model::Quarantine {
+                since_ms: NOW - 60_000,
+                reason: "its last 3 attempts failed for the host's own reasons".into(),
+                last_error: Some("cannot launch the trainer: Permission denied".into()),
+                failed_probes: 0,
+                next_probe_at_ms: NOW + 30_000,
+            }),
+        },
         ..connected.clone()
     };
-    let text = hosts_table_at(&[connected, gone], NOW);
+    let text = hosts_table_at(&[connected, gone.clone()], NOW);
     let lines: Vec<&str> = text.lines().collect();
     let columns = starts(
         lines[0],
         &[
             "HOST",
             "CONNECTED",
+            "STATE",
             "SLOTS",
             "GPUS",
             "ADAPTERS",
@@ -246,12 +260,23 @@ fn hosts_show_busy_slots_what_they_run_and_when_they_were_seen() {
         "{text}"
     );
     assert!(lines[1].contains("1/2"), "one of two GPUs busy: {text}");
-    assert_eq!(&lines[1][columns[6]..columns[6] + 8], "3@1, 8@2");
+    assert_eq!(&lines[1][columns[7]..columns[7] + 8], "3@1, 8@2");
+    assert_eq!(&lines[1][columns[2]..columns[2] + 4], "open");
+    assert_eq!(&lines[2][columns[2]..columns[2] + 11], "quarantined");
     assert!(lines[1].ends_with("1s ago"), "{text}");
     assert_eq!(&lines[2][columns[1]..columns[1] + 2], "no");
     assert!(lines[2].contains("-/2"), "{text}");
-    assert_eq!(&lines[2][columns[4]..columns[4] + 1], MISSING);
+    assert_eq!(&lines[2][columns[5]..columns[5] + 1], MISSING);
     assert!(lines[2].ends_with("10m00s ago"), "{text}");
+    let standing = standing_lines_at(&[gone], NOW);
+    assert_eq!(
+        standing,
+        [
+            "host-2 quarantined 1m00s ago: its last 3 attempts failed for the host's own reasons; \
+          last error: cannot launch the trainer: Permission denied; probe task in 30s \
+          (or `trainyard hosts unquarantine host-2`)"
+        ]
+    );
 }
 
 #[test]
@@ -277,6 +302,8 @@ fn environments_show_their_host_key_requirements_size_and_use() {
         environments: vec![environment],
         last_seen_ms: NOW,
         running: vec![],
+        state: "open".into(),
+        standing: Default::default(),
     };
     let bare = HostView {
         id: "host-2".into(),
