@@ -212,6 +212,8 @@ pub struct RunningHost {
     agent: agent::AgentHandle,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     enforcement: containment::Enforcement,
+    /// Ended before the host's cgroup directory is removed.
+    sandboxes: Option<Arc<process::SandboxPool>>,
 }
 
 impl RunningHost {
@@ -228,6 +230,9 @@ impl RunningHost {
         }
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(sandboxes) = &self.sandboxes {
+            sandboxes.close();
         }
         self.enforcement.release();
     }
@@ -303,6 +308,13 @@ pub async fn start(
     let contact = Arc::new(renewer::Contact::new());
     let config = Arc::new(config);
     let log_book = Arc::new(logs::LogBook::default());
+    let sandboxes = (config.containment.prepared_sandboxes == containment::Switch::On).then(|| {
+        process::SandboxPool::new(
+            config.supervisor.clone(),
+            config.slots as usize,
+            metrics.clone(),
+        )
+    });
     let env = attempt::AttemptEnv {
         lease: lease.clone(),
         book: book.clone(),
@@ -314,6 +326,7 @@ pub async fn start(
             metrics: metrics.clone(),
             python,
             spares: Arc::new(workspace::Spares::new(config.slots as usize)),
+            sandboxes: sandboxes.clone(),
         },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
@@ -376,6 +389,7 @@ pub async fn start(
         agent: handle,
         tasks,
         enforcement,
+        sandboxes,
     })
 }
 

@@ -354,7 +354,11 @@ impl Run<'_> {
                 }
             }
         };
-        let (trainer, mut lines) = match Trainer::spawn(spec, initial).await {
+        let started = match &self.env.sandboxes {
+            Some(pool) => pool.launch(spec, initial).await,
+            None => Trainer::spawn(spec, initial).await,
+        };
+        let (trainer, mut lines) = match started {
             Ok(t) => t,
             Err(e) => return failed(format!("cannot launch the trainer: {e}"), true),
         };

@@ -22,9 +22,12 @@ mod control;
 mod init;
 mod policy;
 mod probe;
+mod sandbox;
 mod spawn;
+mod waiting;
 
-use crate::process::wire::{HostMessage, LimitBreach, Report};
+use crate::containment::sandbox::SandboxPlan;
+use crate::process::wire::{HostMessage, LaunchOrder, LimitBreach, Report};
 use crate::process::Deadline;
 use confine::Confined;
 use control::{ControlError, ControlSocket};
@@ -37,6 +40,7 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use policy::{Effect, Event, Supervision, TrainerStatus};
+use sandbox::Sandbox;
 use spawn::{Invocation, UsageError};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -45,6 +49,11 @@ use std::time::Duration;
 pub use control::CONTROL_FD;
 pub use probe::PROBE_FLAG;
 pub use spawn::CONFINE_FLAG;
+
+/// The flag that makes the supervisor prepare a sandbox ahead of its
+/// attempt, followed by the sandbox's plan as JSON
+/// ([`crate::containment::sandbox::SandboxPlan`]).
+pub const PREPARE_FLAG: &str = "--prepare";
 
 /// Why the supervisor could not do its job at all.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +78,15 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == PROBE_FLAG) {
         return probe::run(std::env::args_os().skip(2));
     }
-    match run(std::env::args_os().skip(1)) {
+    let ran = if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == PREPARE_FLAG)
+    {
+        run_prepared(std::env::args_os().nth(2))
+    } else {
+        run(std::env::args_os().skip(1))
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("trainyard-supervise: {error}");
@@ -102,10 +119,145 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
             return Err(error);
         }
     };
-    let Some((mut confined, group, trainer_exit)) = launch(&invocation, &mut control, &timers)?
-    else {
+    let Some(launched) = launch(&invocation, &mut control, &timers)? else {
         return Ok(());
     };
+    supervise(launched, lease, control, &timers, &term, host_process)
+}
+
+/// A prepared sandbox's supervisor: prepares it, says so, waits for its
+/// one launch order and supervises that trainer as [`run`] does.
+fn run_prepared(plan: Option<std::ffi::OsString>) -> Result<(), SuperviseError> {
+    let plan = plan
+        .as_deref()
+        .and_then(std::ffi::OsStr::to_str)
+        .ok_or(UsageError::Usage)?;
+    let plan: SandboxPlan =
+        serde_json::from_str(plan).map_err(|e| UsageError::Confinement(e.to_string()))?;
+    let host_process = nix::unistd::getppid();
+    let mut control = ControlSocket::from_stdin()?;
+    let term = take_over_signals()?;
+    let sandbox = match Sandbox::prepare(&plan) {
+        Ok(sandbox) => sandbox,
+        Err(reason) => {
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(());
+        }
+    };
+    let unused = |sandbox: Sandbox| {
+        sandbox.discard();
+        if nix::unistd::getppid() != host_process {
+            if let Some(dir) = &plan.cgroup_dir {
+                crate::containment::cgroup::remove_empty_tree(dir);
+            }
+        }
+    };
+    if control.send(&Report::Prepared).is_err() {
+        unused(sandbox);
+        return Ok(());
+    }
+    let order = match wait_for_launch(&mut control, &sandbox, &term) {
+        Ok(Some(order)) => order,
+        Ok(None) => {
+            unused(sandbox);
+            return Ok(());
+        }
+        Err(error) => {
+            unused(sandbox);
+            return Err(error);
+        }
+    };
+    let lease = order.deadline();
+    if lease.has_passed(Deadline::now()) {
+        let _ = control.send(&Report::DeadlinePassed);
+        unused(sandbox);
+        return Ok(());
+    }
+    let timers = match Timers::new().and_then(|timers| timers.arm_lease(lease).map(|()| timers)) {
+        Ok(timers) => timers,
+        Err(error) => {
+            let _ = control.send(&Report::SpawnFailed(error.to_string()));
+            unused(sandbox);
+            return Err(error);
+        }
+    };
+    let (confined, group, trainer_exit) = match sandbox.launch(&order) {
+        Ok(launched) => launched,
+        Err(reason) => {
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(());
+        }
+    };
+    if let Some(quota) = confined.workspace_quota() {
+        timers.arm_disk_checks(quota)?;
+    }
+    let launched = Launched {
+        confined: Some(confined),
+        group,
+        trainer_exit,
+    };
+    supervise(launched, lease, control, &timers, &term, host_process)
+}
+
+/// Waits for the host's launch order; `None` if the host went away (or
+/// sent something else), the sandbox's trainer ended, or the supervisor
+/// was told to end.
+fn wait_for_launch(
+    control: &mut ControlSocket,
+    sandbox: &Sandbox,
+    term: &SignalFd,
+) -> Result<Option<LaunchOrder>, SuperviseError> {
+    loop {
+        let mut fds = [
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sandbox.ended(), PollFlags::POLLIN),
+            PollFd::new(term.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(errno) => return Err(setup("poll")(errno)),
+        }
+        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        if ready(1) || ready(2) {
+            return Ok(None);
+        }
+        if ready(0) {
+            return match control.read_launch() {
+                Ok(order) => Ok(Some(order)),
+                Err(ControlError::Malformed(error)) => {
+                    let _ = control.send(&Report::SpawnFailed(error.to_string()));
+                    Ok(None)
+                }
+                Err(_) => Ok(None),
+            };
+        }
+    }
+}
+
+/// A trainer started: its confinement, its process group and a pidfd of
+/// the supervisor's child (the trainer, or its namespace's first process).
+struct Launched {
+    confined: Option<Confined>,
+    group: Pid,
+    trainer_exit: OwnedFd,
+}
+
+/// Watches a started trainer until it has ended, then ends its attempt
+/// and sends the final report.
+fn supervise(
+    launched: Launched,
+    lease: Deadline,
+    control: ControlSocket,
+    timers: &Timers,
+    term: &SignalFd,
+    host_process: Pid,
+) -> Result<(), SuperviseError> {
+    let Launched {
+        mut confined,
+        group,
+        trainer_exit,
+    } = launched;
     let trainer = Trainer {
         group,
         confined: confined.as_ref(),
@@ -116,8 +268,8 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
         &mut supervision,
         &mut host,
         &trainer_exit,
-        &timers,
-        &term,
+        timers,
+        term,
         &trainer,
     );
 
@@ -160,7 +312,7 @@ fn launch(
     invocation: &Invocation,
     control: &mut ControlSocket,
     timers: &Timers,
-) -> Result<Option<(Option<Confined>, Pid, OwnedFd)>, SuperviseError> {
+) -> Result<Option<Launched>, SuperviseError> {
     let mut confined = match invocation.confinement.as_ref().map(Confined::prepare) {
         None => None,
         Some(Ok(confined)) => Some(confined),
@@ -211,7 +363,11 @@ fn launch(
     if let Some(quota) = confined.as_ref().and_then(Confined::workspace_quota) {
         timers.arm_disk_checks(quota)?;
     }
-    Ok(Some((confined, group, trainer_exit)))
+    Ok(Some(Launched {
+        confined,
+        group,
+        trainer_exit,
+    }))
 }
 
 /// The quota breach, if the workspace's filesystem is full: a write there
