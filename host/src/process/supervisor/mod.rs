@@ -26,8 +26,7 @@ mod sandbox;
 mod spawn;
 mod waiting;
 
-use crate::containment::sandbox::SandboxPlan;
-use crate::process::wire::{HostMessage, LaunchOrder, LimitBreach, Report};
+use crate::process::wire::{HostMessage, LimitBreach, Report};
 use crate::process::Deadline;
 use confine::Confined;
 use control::{ControlError, ControlSocket};
@@ -40,7 +39,6 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use policy::{Effect, Event, Supervision, TrainerStatus};
-use sandbox::Sandbox;
 use spawn::{Invocation, UsageError};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
@@ -82,7 +80,7 @@ pub fn main() -> ExitCode {
         .nth(1)
         .is_some_and(|a| a == PREPARE_FLAG)
     {
-        run_prepared(std::env::args_os().nth(2))
+        sandbox::run(std::env::args_os().nth(2))
     } else {
         run(std::env::args_os().skip(1))
     };
@@ -123,116 +121,6 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
         return Ok(());
     };
     supervise(launched, lease, control, &timers, &term, host_process)
-}
-
-/// A prepared sandbox's supervisor: prepares it, says so, waits for its
-/// one launch order and supervises that trainer as [`run`] does.
-fn run_prepared(plan: Option<std::ffi::OsString>) -> Result<(), SuperviseError> {
-    let plan = plan
-        .as_deref()
-        .and_then(std::ffi::OsStr::to_str)
-        .ok_or(UsageError::Usage)?;
-    let plan: SandboxPlan =
-        serde_json::from_str(plan).map_err(|e| UsageError::Confinement(e.to_string()))?;
-    let host_process = nix::unistd::getppid();
-    let mut control = ControlSocket::from_stdin()?;
-    let term = take_over_signals()?;
-    let sandbox = match Sandbox::prepare(&plan) {
-        Ok(sandbox) => sandbox,
-        Err(reason) => {
-            let _ = control.send(&Report::SpawnFailed(reason));
-            return Ok(());
-        }
-    };
-    let unused = |sandbox: Sandbox| {
-        sandbox.discard();
-        if nix::unistd::getppid() != host_process {
-            if let Some(dir) = &plan.cgroup_dir {
-                crate::containment::cgroup::remove_empty_tree(dir);
-            }
-        }
-    };
-    if control.send(&Report::Prepared).is_err() {
-        unused(sandbox);
-        return Ok(());
-    }
-    let order = match wait_for_launch(&mut control, &sandbox, &term) {
-        Ok(Some(order)) => order,
-        Ok(None) => {
-            unused(sandbox);
-            return Ok(());
-        }
-        Err(error) => {
-            unused(sandbox);
-            return Err(error);
-        }
-    };
-    let lease = order.deadline();
-    if lease.has_passed(Deadline::now()) {
-        let _ = control.send(&Report::DeadlinePassed);
-        unused(sandbox);
-        return Ok(());
-    }
-    let timers = match Timers::new().and_then(|timers| timers.arm_lease(lease).map(|()| timers)) {
-        Ok(timers) => timers,
-        Err(error) => {
-            let _ = control.send(&Report::SpawnFailed(error.to_string()));
-            unused(sandbox);
-            return Err(error);
-        }
-    };
-    let (confined, group, trainer_exit) = match sandbox.launch(&order) {
-        Ok(launched) => launched,
-        Err(reason) => {
-            let _ = control.send(&Report::SpawnFailed(reason));
-            return Ok(());
-        }
-    };
-    if let Some(quota) = confined.workspace_quota() {
-        timers.arm_disk_checks(quota)?;
-    }
-    let launched = Launched {
-        confined: Some(confined),
-        group,
-        trainer_exit,
-    };
-    supervise(launched, lease, control, &timers, &term, host_process)
-}
-
-/// Waits for the host's launch order; `None` if the host went away (or
-/// sent something else), the sandbox's trainer ended, or the supervisor
-/// was told to end.
-fn wait_for_launch(
-    control: &mut ControlSocket,
-    sandbox: &Sandbox,
-    term: &SignalFd,
-) -> Result<Option<LaunchOrder>, SuperviseError> {
-    loop {
-        let mut fds = [
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sandbox.ended(), PollFlags::POLLIN),
-            PollFd::new(term.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(errno) => return Err(setup("poll")(errno)),
-        }
-        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-        if ready(1) || ready(2) {
-            return Ok(None);
-        }
-        if ready(0) {
-            return match control.read_launch() {
-                Ok(order) => Ok(Some(order)),
-                Err(ControlError::Malformed(error)) => {
-                    let _ = control.send(&Report::SpawnFailed(error.to_string()));
-                    Ok(None)
-                }
-                Err(_) => Ok(None),
-            };
-        }
-    }
 }
 
 /// A trainer started: its confinement, its process group and a pidfd of

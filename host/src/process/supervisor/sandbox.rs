@@ -13,20 +13,138 @@
 //! when the host closes the socket or dies).
 
 use super::confine::Confined;
+use super::control::{ControlError, ControlSocket};
 use super::init::StatusPipe;
 use super::spawn::pidfd_of_self;
+use super::spawn::UsageError;
 use super::waiting::{Admit, Waiting, FAILED, MAX_MOUNTS, READY};
 use super::{pidfd_open, reap_trainer};
+use super::{setup, supervise, take_over_signals, Launched, SuperviseError, Timers};
 use crate::containment::cgroup::AttemptCgroup;
 use crate::containment::sandbox::SandboxPlan;
 use crate::containment::{seccomp, view, Limits};
 use crate::process::wire::LaunchOrder;
+use crate::process::wire::Report;
+use crate::process::Deadline;
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{killpg, Signal};
+use nix::sys::signalfd::SignalFd;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use nix::unistd::Pid;
 use std::io::{IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+
+/// A prepared sandbox's supervisor: prepares it, says so, waits for its
+/// one launch order and supervises that trainer as [`super::run`] does.
+pub(super) fn run(plan: Option<std::ffi::OsString>) -> Result<(), SuperviseError> {
+    let plan = plan
+        .as_deref()
+        .and_then(std::ffi::OsStr::to_str)
+        .ok_or(UsageError::Usage)?;
+    let plan: SandboxPlan =
+        serde_json::from_str(plan).map_err(|e| UsageError::Confinement(e.to_string()))?;
+    let host_process = nix::unistd::getppid();
+    let mut control = ControlSocket::from_stdin()?;
+    let term = take_over_signals()?;
+    let sandbox = match Sandbox::prepare(&plan) {
+        Ok(sandbox) => sandbox,
+        Err(reason) => {
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(());
+        }
+    };
+    let unused = |sandbox: Sandbox| {
+        sandbox.discard();
+        if nix::unistd::getppid() != host_process {
+            if let Some(dir) = &plan.cgroup_dir {
+                crate::containment::cgroup::remove_empty_tree(dir);
+            }
+        }
+    };
+    if control.send(&Report::Prepared).is_err() {
+        unused(sandbox);
+        return Ok(());
+    }
+    let order = match wait_for_launch(&mut control, &sandbox, &term) {
+        Ok(Some(order)) => order,
+        Ok(None) => {
+            unused(sandbox);
+            return Ok(());
+        }
+        Err(error) => {
+            unused(sandbox);
+            return Err(error);
+        }
+    };
+    let lease = order.deadline();
+    if lease.has_passed(Deadline::now()) {
+        let _ = control.send(&Report::DeadlinePassed);
+        unused(sandbox);
+        return Ok(());
+    }
+    let timers = match Timers::new().and_then(|timers| timers.arm_lease(lease).map(|()| timers)) {
+        Ok(timers) => timers,
+        Err(error) => {
+            let _ = control.send(&Report::SpawnFailed(error.to_string()));
+            unused(sandbox);
+            return Err(error);
+        }
+    };
+    let (confined, group, trainer_exit) = match sandbox.launch(&order) {
+        Ok(launched) => launched,
+        Err(reason) => {
+            let _ = control.send(&Report::SpawnFailed(reason));
+            return Ok(());
+        }
+    };
+    if let Some(quota) = confined.workspace_quota() {
+        timers.arm_disk_checks(quota)?;
+    }
+    let launched = Launched {
+        confined: Some(confined),
+        group,
+        trainer_exit,
+    };
+    supervise(launched, lease, control, &timers, &term, host_process)
+}
+
+/// Waits for the host's launch order; `None` if the host went away (or
+/// sent something else), the sandbox's trainer ended, or the supervisor
+/// was told to end.
+fn wait_for_launch(
+    control: &mut ControlSocket,
+    sandbox: &Sandbox,
+    term: &SignalFd,
+) -> Result<Option<LaunchOrder>, SuperviseError> {
+    loop {
+        let mut fds = [
+            PollFd::new(control.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sandbox.ended(), PollFlags::POLLIN),
+            PollFd::new(term.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(errno) => return Err(setup("poll")(errno)),
+        }
+        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        if ready(1) || ready(2) {
+            return Ok(None);
+        }
+        if ready(0) {
+            return match control.read_launch() {
+                Ok(order) => Ok(Some(order)),
+                Err(ControlError::Malformed(error)) => {
+                    let _ = control.send(&Report::SpawnFailed(error.to_string()));
+                    Ok(None)
+                }
+                Err(_) => Ok(None),
+            };
+        }
+    }
+}
 
 /// What the waiting trainer says on its channel.
 enum Word {
