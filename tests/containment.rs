@@ -647,17 +647,17 @@ time.sleep(600)
     let id = run_script(&c, script).await;
     let workspace = c.cluster.dir.join("work/host-1").join(format!("{id}-1"));
     let quota = 32u64 << 20;
-    // Whatever the moment, the workspace's filesystem holds no more than
-    // its quota. (Before its tmpfs is mounted, and after it is gone, the
-    // path is a directory of the host's filesystem, whose usage is not the
-    // workspace's: those samples are not the quota's.)
+    // Whatever the moment, the workspace holds no more than its quota.
     let until = Instant::now() + LONG;
     let done = loop {
-        if let Ok(fs) = nix::sys::statvfs::statvfs(&workspace) {
-            if fs.blocks() * fs.fragment_size() == quota {
-                let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
-                assert!(used <= quota, "{used} bytes in the workspace, over {quota}");
-            }
+        // Once its quota filesystem is mounted (the host makes the
+        // directory first), the workspace is that filesystem.
+        let mounted = nix::sys::statvfs::statvfs(&workspace)
+            .ok()
+            .filter(|fs| fs.blocks() * fs.fragment_size() == quota);
+        if let Some(fs) = mounted {
+            let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
+            assert!(used <= quota, "{used} bytes in the workspace, over {quota}");
         }
         let detail = c.client().task(id).await.expect("task");
         if detail.task.status == TaskStatus::Failed {
@@ -867,4 +867,145 @@ async fn a_stopped_or_killed_host_leaves_no_cgroup_behind() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A host of one slot serving its metrics, with the containment tests'
+/// settings; `configure` has the last word on its adapters' entries.
+async fn metered_cluster(
+    configure: fn(&mut trainyard::settings::Settings),
+) -> (TestCluster, std::net::SocketAddr) {
+    let mut c = TestCluster::prepare(Setup {
+        slots: 1,
+        ..setup()
+    })
+    .await;
+    configure(&mut c.cluster.settings);
+    c.cluster.write_config().expect("config");
+    c.start_master().await;
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", trainyard_testkit::free_port())
+        .parse()
+        .unwrap();
+    c.start_host_with("host-1", "host-1", |s| {
+        s.host.metrics_listen = Some(metrics)
+    });
+    c.wait_for_hosts(1).await;
+    (c, metrics)
+}
+
+/// A sample of the host's metrics (`name{labels}`), 0 if absent.
+async fn host_metric(metrics: std::net::SocketAddr, sample: &str) -> f64 {
+    let body = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("body");
+    body.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Trainers the host started on `path` (`warm`, `cold_mismatch`,
+/// `cold_unprepared`).
+async fn launches(metrics: std::net::SocketAddr, path: &str) -> f64 {
+    host_metric(
+        metrics,
+        &format!("trainyard_host_sandbox_launches_total{{path=\"{path}\"}}"),
+    )
+    .await
+}
+
+/// Waits until the host has a sandbox ready for its next attempt.
+async fn wait_for_a_ready_sandbox(metrics: std::net::SocketAddr) {
+    let until = Instant::now() + LONG;
+    while host_metric(metrics, "trainyard_host_sandboxes_ready").await < 1.0 {
+        assert!(Instant::now() < until, "no sandbox was prepared");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prepared_sandbox_serves_one_attempt_and_the_next_sees_nothing_of_the_one_before() {
+    let (c, metrics) = metered_cluster(|_| {}).await;
+    // Leaves a file in its temporary directory (`/tmp` in its view, unless
+    // the work directory is under /tmp, as in the tests) and a process
+    // behind, as it ends.
+    let leaves = r#"
+import os, subprocess, tempfile
+open(os.path.join(tempfile.gettempdir(), "left-behind"), "w").write("from the attempt before")
+subprocess.Popen(["python3", "-c", "import time; time.sleep(600) # left-behind"], start_new_session=True)
+"#;
+    let first = run_script(&c, leaves).await;
+    c.wait_for_status(first, TaskStatus::Completed, LONG).await;
+    assert_eq!(launches(metrics, "cold_unprepared").await, 1.0);
+    wait_for_a_ready_sandbox(metrics).await;
+
+    let looks = r#"
+import json, os, tempfile
+seen = {}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            seen[pid] = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError as e:
+            seen[pid] = "unreadable: " + e.__class__.__name__
+verdict = {
+    "own": os.getpid(),
+    "processes": seen,
+    "tmp": os.listdir(tempfile.gettempdir()),
+}
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#;
+    let next = run_script(&c, looks).await;
+    let v = verdict(&c.wait_for_status(next, TaskStatus::Completed, LONG).await);
+    assert_eq!(
+        launches(metrics, "warm").await,
+        1.0,
+        "the second attempt started in the sandbox prepared while the first ran"
+    );
+    assert_eq!(v["tmp"], json!([]), "{v}");
+    let processes = v["processes"].as_object().expect("processes");
+    assert_eq!(processes.len(), 1, "only itself: {v}");
+    assert!(processes.contains_key(&v["own"].to_string()), "{v}");
+    // Nor is the process left behind alive anywhere on the machine.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(11).any(|w| w == b"left-behind"))
+        })
+        .count();
+    assert_eq!(left, 0, "the first attempt's process outlived it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_whose_grants_no_prepared_sandbox_has_is_confined_at_launch() {
+    // The noop adapter's trainers may use the key ring: a filter of
+    // their own, so a sandbox prepared for script-trainer cannot serve.
+    let (c, metrics) = metered_cluster(|s| {
+        for entry in &mut s.host.adapters {
+            if entry.path.to_string_lossy().contains("noop") {
+                entry.allow_syscalls.push("keyctl".into());
+            }
+        }
+    })
+    .await;
+    let first = run_script(&c, "print('done')").await;
+    c.wait_for_status(first, TaskStatus::Completed, LONG).await;
+    wait_for_a_ready_sandbox(metrics).await;
+    let other = c
+        .submit(json!({"adapter": "noop", "params": {"spawn": true}}))
+        .await;
+    c.wait_for_status(other, TaskStatus::Completed, LONG).await;
+    assert_eq!(launches(metrics, "cold_mismatch").await, 1.0);
+    assert_eq!(launches(metrics, "warm").await, 0.0);
+    // Its kind now has the slot's sandbox.
+    wait_for_a_ready_sandbox(metrics).await;
+    let again = c
+        .submit(json!({"adapter": "noop", "params": {"spawn": true}}))
+        .await;
+    c.wait_for_status(again, TaskStatus::Completed, LONG).await;
+    assert_eq!(launches(metrics, "warm").await, 1.0);
 }

@@ -1,5 +1,5 @@
-//! CPU time and resident memory of a process, read from `/proc`; the CPU
-//! time of the calling thread; and a sampler that keeps the peaks while a benchmark runs.
+//! CPU time and resident memory of a process (and of a process tree), read
+//! from `/proc`; the CPU time of the calling thread and of this process; and a sampler that keeps the peaks while a benchmark runs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -52,6 +52,34 @@ fn stat_cpu_time(stat: &str) -> Option<(&str, Duration)> {
         &stat[open + 1..close],
         Duration::from_millis(ticks * 1000 / hz),
     ))
+}
+
+/// CPU time a process and its descendants alive now have used, to the
+/// nanosecond (`/proc/<pid>/schedstat` of each one's main thread).
+pub fn tree_cpu_time(pid: u32) -> Duration {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_nanos);
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own + children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .map(tree_cpu_time)
+        .sum::<Duration>()
+}
+
+/// CPU time this whole process (every thread) has used.
+pub fn process_cpu_time() -> Duration {
+    // SAFETY: getrusage writes only the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }
 
 /// CPU time the calling thread has used.

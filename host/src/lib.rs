@@ -223,6 +223,8 @@ pub struct RunningHost {
     agent: agent::AgentHandle,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     enforcement: containment::Enforcement,
+    /// Ended before the host's cgroup directory is removed.
+    sandboxes: Option<Arc<process::SandboxPool>>,
 }
 
 impl RunningHost {
@@ -239,6 +241,9 @@ impl RunningHost {
         }
         for t in self.tasks {
             t.abort();
+        }
+        if let Some(sandboxes) = &self.sandboxes {
+            sandboxes.close();
         }
         self.enforcement.release();
     }
@@ -315,6 +320,13 @@ pub async fn start(
     let contact = Arc::new(renewer::Contact::new());
     let config = Arc::new(config);
     let log_book = Arc::new(logs::LogBook::default());
+    let sandboxes = (config.containment.prepared_sandboxes == containment::Switch::On).then(|| {
+        process::SandboxPool::new(
+            config.supervisor.clone(),
+            config.slots as usize,
+            metrics.clone(),
+        )
+    });
     let env = attempt::AttemptEnv {
         lease: lease.clone(),
         book: book.clone(),
@@ -326,6 +338,7 @@ pub async fn start(
             metrics: metrics.clone(),
             python,
             spares: Arc::new(workspace::Spares::new(config.slots as usize)),
+            sandboxes: sandboxes.clone(),
         },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
@@ -388,6 +401,7 @@ pub async fn start(
         agent: handle,
         tasks,
         enforcement,
+        sandboxes,
     })
 }
 

@@ -136,6 +136,8 @@ impl LocalHost {
             python,
             // A local run's workspace is the caller's to keep or remove.
             spares: Arc::new(crate::workspace::Spares::new(0)),
+            // One attempt: nothing to prepare ahead of.
+            sandboxes: None,
         };
         Ok(LocalHost {
             env,

@@ -39,6 +39,11 @@ struct ExitLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaunchLabels {
+    path: &'static str,
+}
+
 /// The host's metrics. Cheap to clone: every clone records into the same
 /// registry.
 #[derive(Clone)]
@@ -49,6 +54,8 @@ pub struct HostMetrics {
     running: Gauge,
     reports_resent: Counter,
     python_env_builds: Counter,
+    sandbox_launches: Family<LaunchLabels, Counter>,
+    sandboxes_ready: Gauge,
 }
 
 impl Default for HostMetrics {
@@ -87,6 +94,18 @@ impl Default for HostMetrics {
             "Python environments this host started to build (one per key, however many attempts waited for it).",
             python_env_builds.clone(),
         );
+        let sandbox_launches = Family::<LaunchLabels, Counter>::default();
+        registry.register(
+            "sandbox_launches",
+            "Trainers started, by path: warm (in a sandbox prepared ahead), cold_mismatch (sandboxes were prepared, none with the attempt's grants), cold_unprepared (none prepared yet for its kind).",
+            sandbox_launches.clone(),
+        );
+        let sandboxes_ready = Gauge::default();
+        registry.register(
+            "sandboxes_ready",
+            "Sandboxes prepared ahead and ready for an attempt.",
+            sandboxes_ready.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             adapter_calls,
@@ -94,6 +113,8 @@ impl Default for HostMetrics {
             running,
             reports_resent,
             python_env_builds,
+            sandbox_launches,
+            sandboxes_ready,
         }
     }
 }
@@ -132,6 +153,19 @@ impl HostMetrics {
     /// A Python environment build started.
     pub fn python_env_built(&self) {
         self.python_env_builds.inc();
+    }
+
+    /// A trainer was started on `path` (`warm`, `cold_mismatch`,
+    /// `cold_unprepared`).
+    pub fn sandbox_launched(&self, path: &'static str) {
+        self.sandbox_launches
+            .get_or_create(&LaunchLabels { path })
+            .inc();
+    }
+
+    /// How many prepared sandboxes are ready now.
+    pub fn sandboxes_ready(&self, ready: usize) {
+        self.sandboxes_ready.set(ready as i64);
     }
 
     /// Counts an attempt as running until the guard is dropped.

@@ -366,7 +366,11 @@ impl Run<'_> {
         };
         // Kept for a memory kill, to run the bare interpreter the same way.
         let launched = spec.clone();
-        let (trainer, mut lines) = match Trainer::spawn(spec, initial).await {
+        let started = match &self.env.sandboxes {
+            Some(pool) => pool.launch(spec, initial).await,
+            None => Trainer::spawn(spec, initial).await,
+        };
+        let (trainer, mut lines) = match started {
             Ok(t) => t,
             Err(e) => {
                 return blame::outcome(Failure::Launch, format!("cannot launch the trainer: {e}"))

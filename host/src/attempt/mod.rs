@@ -70,6 +70,9 @@ pub struct HostEnv {
     pub python: Option<crate::python_env::PythonEnvs>,
     /// Emptied workspaces of ended attempts that no trainer had.
     pub spares: Arc<crate::workspace::Spares>,
+    /// Sandboxes prepared ahead of trainers; `None`: every trainer is
+    /// confined at its launch.
+    pub sandboxes: Option<Arc<crate::process::SandboxPool>>,
 }
 
 /// An adapter with the programs it may launch.

@@ -73,6 +73,45 @@ impl AttemptCgroup {
         Ok(AttemptCgroup { cgroup, procs })
     }
 
+    /// The same cgroup under the name `relative` (in the same parent),
+    /// with `limits`: a prepared sandbox's cgroup becomes its attempt's.
+    /// cgroup v1 renames the directory in each hierarchy, keeping every
+    /// process in it; v2, whose kernel refuses a rename, gets the attempt's
+    /// cgroup made anew and the members moved into it.
+    pub fn rename(self, relative: &str, limits: &Limits) -> Result<AttemptCgroup, String> {
+        if self.cgroup.v2() {
+            let attempt = AttemptCgroup::create(relative, limits)?;
+            for pid in self.members() {
+                attempt
+                    .cgroup
+                    .add_task_by_tgid(cgroups_rs::CgroupPid::from(pid))
+                    .map_err(|e| {
+                        format!("cannot move a process into the cgroup {relative}: {e}")
+                    })?;
+            }
+            self.remove()?;
+            return Ok(attempt);
+        }
+        let name = relative.rsplit('/').next().unwrap_or(relative);
+        for dir in directories(&self.cgroup) {
+            let renamed = dir.with_file_name(name);
+            std::fs::rename(&dir, &renamed).map_err(|e| {
+                format!(
+                    "cannot rename the cgroup {} to {}: {e}",
+                    dir.display(),
+                    renamed.display()
+                )
+            })?;
+        }
+        let mut renamed = AttemptCgroup::load(relative);
+        renamed
+            .cgroup
+            .apply(&resources(limits))
+            .map_err(|e| format!("cannot set the limits of the cgroup {relative}: {e}"))?;
+        renamed.procs = self.procs;
+        Ok(renamed)
+    }
+
     /// An existing cgroup, to empty and remove (a leftover of a dead host).
     pub fn load(relative: &str) -> AttemptCgroup {
         let controllers = CONTROLLERS.iter().map(|c| c.to_string()).collect();
@@ -111,6 +150,11 @@ impl AttemptCgroup {
     /// of them are the caller's children.
     pub fn empty(&self, mut reap: impl FnMut()) -> Result<(), String> {
         let started = Instant::now();
+        reap();
+        // Nothing in it can start anything any more: no need to freeze.
+        if self.members().is_empty() {
+            return Ok(());
+        }
         loop {
             let freezer = self.freezer();
             if let Some(freezer) = freezer {

@@ -38,6 +38,10 @@ pub struct ContainmentSettings {
     pub disk: Switch,
     /// A system-call filter (`seccomp`).
     pub seccomp: Switch,
+    /// Sandboxes prepared ahead of attempts (one per slot, each used by
+    /// one attempt): the layers above cost a launch almost nothing. Off,
+    /// every attempt's confinement is made at its launch.
+    pub prepared_sandboxes: Switch,
     /// The user trainers run as when the host runs as root, or `"off"` to
     /// keep the host's user.
     pub user: String,
@@ -58,6 +62,7 @@ impl Default for ContainmentSettings {
             pid: Switch::On,
             disk: Switch::On,
             seccomp: Switch::On,
+            prepared_sandboxes: Switch::On,
             user: "nobody".into(),
             read_only: vec![],
             limits: Limits {

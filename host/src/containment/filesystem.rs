@@ -41,6 +41,15 @@ pub fn prepare(rules: &FsRules) -> Result<Prepared, String> {
 }
 
 impl Prepared {
+    /// The ruleset with `paths` read-write too: an attempt's workspace and
+    /// GPU files, added to its sandbox's rules when it comes.
+    pub fn allow_read_write(self, paths: &[std::path::PathBuf]) -> Result<Prepared, String> {
+        self.0
+            .add_rules(path_beneath_rules(paths, AccessFs::from_all(TARGET_ABI)))
+            .map(Prepared)
+            .map_err(|e| format!("cannot add the attempt's paths to the Landlock ruleset: {e}"))
+    }
+
     /// Restricts the calling process; for the trainer, between fork and
     /// exec. Fails unless the kernel enforced the ruleset.
     pub fn restrict_self(self) -> std::io::Result<()> {

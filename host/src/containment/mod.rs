@@ -36,6 +36,7 @@ pub mod network;
 pub mod plan;
 pub mod probe;
 pub mod quota;
+pub mod sandbox;
 pub mod seccomp;
 pub mod view;
 

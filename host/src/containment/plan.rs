@@ -73,6 +73,10 @@ pub struct Confinement {
     pub isolate_network: bool,
     /// Who the trainer runs as; `None` keeps the host's user.
     pub user: Option<Credentials>,
+    /// The device files of the attempt's GPUs (among `filesystem`'s and
+    /// `view`'s paths), which no other attempt gets.
+    #[serde(default)]
+    pub gpu_files: Vec<PathBuf>,
 }
 
 /// The trainer's view of the filesystem; paths that do not exist are left

@@ -205,9 +205,8 @@ impl Enforcement {
             .canonicalize()
             .unwrap_or_else(|_| executable.to_path_buf());
         let mut rules = plan::filesystem_rules(workspace, &executable, &self.read_only, adapter);
-        rules
-            .read_write
-            .extend(plan::gpu_files(assignment, &self.gpu_files));
+        let gpu_files = plan::gpu_files(assignment, &self.gpu_files);
+        rules.read_write.extend(gpu_files.iter().cloned());
         let view = self.view_root.as_ref().map(|root| {
             view::plan(
                 root,
@@ -231,6 +230,7 @@ impl Enforcement {
             workspace_quota: self.workspace_quota(adapter),
             isolate_network: plan::isolates_network(self.network, adapter),
             user: self.credentials(),
+            gpu_files,
         }
     }
 

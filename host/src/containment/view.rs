@@ -14,6 +14,7 @@
 //! and turned into C strings in the supervisor, before the fork; the
 //! trainer then only makes system calls ([`Prepared::enter`]).
 
+use super::sandbox::SandboxView;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::io;
@@ -89,6 +90,9 @@ const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const AT_RECURSIVE: libc::c_int = 0x8000;
+// open_tree(2) and move_mount(2) flags (linux/mount.h).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
 #[repr(C)]
 struct MountAttr {
@@ -151,30 +155,11 @@ impl Prepared {
     /// and lists the steps that build the view.
     pub fn new(plan: &ViewPlan) -> io::Result<Prepared> {
         let root = &plan.root;
-        let mut steps = vec![
-            Step::Tmpfs {
-                at: c_path(root)?,
-                options: CString::new("mode=0755,size=1m").expect("no NUL"),
-            },
-            Step::Directory(c_path(&inside(root, Path::new("/dev")))?),
-            Step::Tmpfs {
-                at: c_path(&inside(root, Path::new("/dev")))?,
-                options: CString::new("mode=0755,size=64k").expect("no NUL"),
-            },
-        ];
-        let mut made = Made {
-            directories: vec![PathBuf::from("/dev")],
-            bound: vec![],
-        };
+        let (mut steps, mut made) = base_steps(root)?;
         for (path, access) in &plan.paths {
             place(root, path, path, *access, &mut made, &mut steps)?;
         }
-        for (target, link) in DEV_LINKS {
-            steps.push(Step::Symlink {
-                target: CString::new(target).expect("no NUL"),
-                at: c_path(&inside(root, Path::new(link)))?,
-            });
-        }
+        dev_links(root, &mut steps)?;
         for at in ["/tmp", "/dev/shm"] {
             let at = Path::new(at);
             // A view path under it (a work directory in /tmp) stays visible
@@ -190,9 +175,7 @@ impl Prepared {
                 )?;
             }
         }
-        let proc = inside(root, Path::new("/proc"));
-        steps.push(Step::Directory(c_path(&proc)?));
-        steps.push(Step::Proc(c_path(&proc)?));
+        proc_steps(root, &mut steps)?;
         Ok(Prepared {
             root: c_path(root)?,
             steps,
@@ -205,25 +188,215 @@ impl Prepared {
     /// and made its root, the workspace its working directory. System
     /// calls only.
     pub fn enter(&self) -> io::Result<()> {
-        private_namespace()?;
-        for step in &self.steps {
-            step.take()?;
-        }
-        // The old root is stacked under the new one and detached: nothing
-        // of the host's tree stays reachable.
-        check(unsafe { libc::chdir(self.root.as_ptr()) })?;
-        let here = c".";
-        // SAFETY: pivot_root and umount2 take paths that outlive the calls.
-        check(unsafe { libc::syscall(libc::SYS_pivot_root, here.as_ptr(), here.as_ptr()) } as i32)?;
-        check(unsafe { libc::umount2(here.as_ptr(), libc::MNT_DETACH) })?;
-        set_attributes(
-            c"/",
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            false,
-        )?;
+        build_and_pivot(&self.root, &self.steps)?;
+        seal_root()?;
         // SAFETY: chdir takes a path that outlives the call.
         check(unsafe { libc::chdir(self.workspace.as_ptr()) })
     }
+}
+
+/// In a mount namespace of the caller's own: takes `steps` and makes
+/// `root` the root. The old root is stacked under the new one and
+/// detached: nothing of the host's tree stays reachable.
+fn build_and_pivot(root: &std::ffi::CStr, steps: &[Step]) -> io::Result<()> {
+    private_namespace()?;
+    for step in steps {
+        step.take()?;
+    }
+    // SAFETY: chdir, pivot_root and umount2 take paths that outlive the
+    // calls.
+    check(unsafe { libc::chdir(root.as_ptr()) })?;
+    let here = c".";
+    check(unsafe { libc::syscall(libc::SYS_pivot_root, here.as_ptr(), here.as_ptr()) } as i32)?;
+    check(unsafe { libc::umount2(here.as_ptr(), libc::MNT_DETACH) })
+}
+
+/// Makes the view's root read-only (what is mounted on it keeps its own
+/// access).
+fn seal_root() -> io::Result<()> {
+    set_attributes(
+        c"/",
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        false,
+    )
+}
+
+/// A sandbox's view ([`SandboxView`]), built by its first process before
+/// its attempt comes ([`SandboxViewPrepared::enter`]) and completed with
+/// the attempt's own paths when it does ([`SandboxViewPrepared::admit`]).
+#[derive(Debug)]
+pub struct SandboxViewPrepared {
+    root: CString,
+    steps: Vec<Step>,
+    /// Where the workspace's `tmp` is shown (`/tmp`, `/dev/shm`).
+    tmp_at: Vec<PathBuf>,
+}
+
+impl SandboxViewPrepared {
+    /// Looks at every path of `view` (paths that do not exist are left
+    /// out) and lists the steps that build it.
+    pub fn new(view: &SandboxView) -> io::Result<SandboxViewPrepared> {
+        let root = &view.root;
+        let (mut steps, mut made) = base_steps(root)?;
+        for (path, access) in &view.paths {
+            place(root, path, path, *access, &mut made, &mut steps)?;
+        }
+        make_parents(
+            root,
+            &view.work_dir.join("workspace"),
+            &mut made,
+            &mut steps,
+        )?;
+        dev_links(root, &mut steps)?;
+        let mut tmp_at = vec![];
+        for at in ["/tmp", "/dev/shm"] {
+            let at = Path::new(at);
+            let shown = view.paths.iter().any(|(p, _)| p.starts_with(at));
+            if !shown && !view.work_dir.starts_with(at) {
+                make_parents(root, at, &mut made, &mut steps)?;
+                steps.push(Step::Directory(c_path(&inside(root, at))?));
+                tmp_at.push(at.to_path_buf());
+            }
+        }
+        proc_steps(root, &mut steps)?;
+        Ok(SandboxViewPrepared {
+            root: c_path(root)?,
+            steps,
+            tmp_at,
+        })
+    }
+
+    /// In the sandbox's first process, privileged and in its PID
+    /// namespace: a mount namespace of its own with the view as its root,
+    /// still writable so the attempt's paths can be placed.
+    pub fn enter(&self) -> io::Result<()> {
+        build_and_pivot(&self.root, &self.steps)
+    }
+
+    /// When the attempt comes: each of `mounts` (a detached copy of a host
+    /// path, [`detached_copy`], with where it goes and how) placed in the
+    /// view, the workspace's `tmp` shown at `/tmp` and `/dev/shm`, the root
+    /// made read-only, the workspace the working directory. System calls
+    /// and small allocations only.
+    pub fn admit(&self, mounts: &[AttemptMount], workspace: &Path) -> io::Result<()> {
+        for mount in mounts {
+            mount.place()?;
+        }
+        let tmp = workspace.join("tmp");
+        if tmp.is_dir() {
+            let source = c_path(&tmp)?;
+            for at in &self.tmp_at {
+                let at = c_path(at)?;
+                Step::Bind {
+                    source: source.clone(),
+                    at,
+                    attributes: attributes_of(Access::ReadWrite),
+                }
+                .take()?;
+            }
+        }
+        seal_root()?;
+        let workspace = c_path(workspace)?;
+        // SAFETY: chdir takes a path that outlives the call.
+        check(unsafe { libc::chdir(workspace.as_ptr()) })
+    }
+}
+
+/// One host path an attempt adds to its sandbox's view.
+#[derive(Debug)]
+pub struct AttemptMount {
+    /// A detached copy of the path's mount ([`detached_copy`]).
+    pub tree: std::os::fd::OwnedFd,
+    /// Where it goes: its path on the host.
+    pub at: PathBuf,
+    pub access: Access,
+    pub directory: bool,
+}
+
+impl AttemptMount {
+    /// Makes the place for it in the view (and what is missing above) and
+    /// moves it there.
+    fn place(&self) -> io::Result<()> {
+        let parents: Vec<&Path> = self.at.ancestors().skip(1).collect();
+        for parent in parents.into_iter().rev() {
+            Step::Directory(c_path(parent)?).take()?;
+        }
+        let at = c_path(&self.at)?;
+        if self.directory {
+            Step::Directory(at.clone()).take()?;
+        } else if !self.at.exists() {
+            Step::EmptyFile(at.clone()).take()?;
+        }
+        // SAFETY: move_mount takes a descriptor and paths that outlive it.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                std::os::fd::AsRawFd::as_raw_fd(&self.tree),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                at.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        } as i32)?;
+        set_attributes(&at, attributes_of(self.access), true)
+    }
+}
+
+/// A detached copy of the mount tree at `path` (of the caller's mount
+/// namespace), which another namespace's process can move into its own:
+/// how an attempt's workspace, made after its sandbox was, gets into it.
+pub fn detached_copy(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    let path = c_path(path)?;
+    // SAFETY: open_tree takes a path that outlives the call and returns a
+    // new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    check(fd as i32)?;
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
+}
+
+/// The steps every view starts with: its root, an empty `/dev`.
+fn base_steps(root: &Path) -> io::Result<(Vec<Step>, Made)> {
+    let steps = vec![
+        Step::Tmpfs {
+            at: c_path(root)?,
+            options: CString::new("mode=0755,size=1m").expect("no NUL"),
+        },
+        Step::Directory(c_path(&inside(root, Path::new("/dev")))?),
+        Step::Tmpfs {
+            at: c_path(&inside(root, Path::new("/dev")))?,
+            options: CString::new("mode=0755,size=64k").expect("no NUL"),
+        },
+    ];
+    let made = Made {
+        directories: vec![PathBuf::from("/dev")],
+        bound: vec![],
+    };
+    Ok((steps, made))
+}
+
+fn dev_links(root: &Path, steps: &mut Vec<Step>) -> io::Result<()> {
+    for (target, link) in DEV_LINKS {
+        steps.push(Step::Symlink {
+            target: CString::new(target).expect("no NUL"),
+            at: c_path(&inside(root, Path::new(link)))?,
+        });
+    }
+    Ok(())
+}
+
+fn proc_steps(root: &Path, steps: &mut Vec<Step>) -> io::Result<()> {
+    let proc = inside(root, Path::new("/proc"));
+    steps.push(Step::Directory(c_path(&proc)?));
+    steps.push(Step::Proc(c_path(&proc)?));
+    Ok(())
 }
 
 /// A `/proc` of the caller's PID namespace over the host's, in a mount
@@ -275,17 +448,7 @@ fn place(
     let Ok(metadata) = std::fs::symlink_metadata(source) else {
         return Ok(());
     };
-    let parents: Vec<&Path> = at.ancestors().skip(1).collect();
-    for parent in parents.into_iter().rev() {
-        if parent == Path::new("/") || made.directories.iter().any(|m| m == parent) {
-            continue;
-        }
-        // Under a path already bound, the directory is the host's own.
-        if !made.under_bind(parent) && !made.bound.iter().any(|b| b == parent) {
-            steps.push(Step::Directory(c_path(&inside(root, parent))?));
-        }
-        made.directories.push(parent.to_path_buf());
-    }
+    make_parents(root, at, made, steps)?;
     let target = c_path(&inside(root, at))?;
     let exists = made.under_bind(at) || made.directories.iter().any(|d| d == at);
     if metadata.file_type().is_symlink() {
@@ -309,17 +472,38 @@ fn place(
         made.directories.push(at.to_path_buf());
     }
     made.bound.push(at.to_path_buf());
-    let attributes = match access {
-        Access::ReadOnly => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        Access::ReadWrite => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        Access::Device => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-    };
     steps.push(Step::Bind {
         source: c_path(source)?,
         at: target,
-        attributes,
+        attributes: attributes_of(access),
     });
     Ok(())
+}
+
+/// The steps that make the directories above `at` in the view, those
+/// not made yet and not the host's own under a bound path.
+fn make_parents(root: &Path, at: &Path, made: &mut Made, steps: &mut Vec<Step>) -> io::Result<()> {
+    let parents: Vec<&Path> = at.ancestors().skip(1).collect();
+    for parent in parents.into_iter().rev() {
+        if parent == Path::new("/") || made.directories.iter().any(|m| m == parent) {
+            continue;
+        }
+        // Under a path already bound, the directory is the host's own.
+        if !made.under_bind(parent) && !made.bound.iter().any(|b| b == parent) {
+            steps.push(Step::Directory(c_path(&inside(root, parent))?));
+        }
+        made.directories.push(parent.to_path_buf());
+    }
+    Ok(())
+}
+
+/// The mount attributes a path gets for its access.
+fn attributes_of(access: Access) -> u64 {
+    match access {
+        Access::ReadOnly => MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        Access::ReadWrite => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        Access::Device => MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+    }
 }
 
 impl Step {

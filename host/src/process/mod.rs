@@ -10,17 +10,23 @@
 //!   deadline, stop, kill, wait — with the output readers (`pump`, `lines`,
 //!   `tail`) and the control socket (`link`).
 //! - [`wire`]: the messages on the control socket and their encoding.
+//! - [`sandbox`]: a sandbox prepared ahead of its attempt, and [`pool`],
+//!   the host's prepared sandboxes (the warm path of a launch).
 //! - [`supervisor`]: the supervisor program itself (`trainyard-supervise`).
 
 mod deadline;
 mod guard;
 mod lines;
 mod link;
+pub mod pool;
 mod pump;
+pub mod sandbox;
 pub mod supervisor;
 mod tail;
 mod trainer;
 pub mod wire;
 
 pub use deadline::Deadline;
+pub use pool::{LaunchPath, SandboxPool};
+pub use sandbox::PreparedSandbox;
 pub use trainer::{ExitKind, LaunchSpec, SpawnError, Trainer, TrainerControl, TrainerExit};

@@ -6,7 +6,8 @@ use super::link::{
     read_final_report, write_requests, Ending, LinkShutdown, ReportReader, Requests,
 };
 use super::pump::{pump_stderr, pump_stdout, ORPHAN_IDLE};
-use super::wire::{HostMessage, LimitBreach, Report};
+use super::sandbox::PreparedSandbox;
+use super::wire::{HostMessage, LaunchOrder, LimitBreach, Report};
 use super::{supervisor, Deadline};
 use crate::containment::cgroup::AttemptCgroup;
 use crate::containment::Confinement;
@@ -20,7 +21,8 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 
@@ -162,19 +164,55 @@ impl Trainer {
         (&host_end)
             .write_all(&HostMessage::Deadline(deadline).encode())
             .map_err(SpawnError::ControlSocket)?;
-        let mut supervisor = start_supervisor(&spec, supervisor_end)?;
+        let supervisor = start_supervisor(&spec, supervisor_end)?;
+        let (link, reports, write_half) = attach(host_end)?;
+        Self::follow(supervisor, link, reports, write_half, spec).await
+    }
 
-        let link = LinkShutdown::new(OwnedFd::from(
-            host_end.try_clone().map_err(SpawnError::ControlSocket)?,
-        ));
-        host_end
-            .set_nonblocking(true)
-            .map_err(SpawnError::ControlSocket)?;
-        let socket =
-            tokio::net::UnixStream::from_std(host_end).map_err(SpawnError::ControlSocket)?;
-        let (read_half, write_half) = socket.into_split();
-        let mut reports = ReportReader::new(read_half);
+    /// Starts the trainer in a sandbox prepared ahead of it, which must
+    /// have been prepared for `spec`'s confinement (its
+    /// [`crate::containment::sandbox::split`] plan). Returns once the
+    /// trainer runs (or failed to start: [`SpawnError`] says why).
+    pub async fn launch(
+        sandbox: PreparedSandbox,
+        spec: LaunchSpec,
+        deadline: Deadline,
+    ) -> Result<(Trainer, mpsc::Receiver<String>), SpawnError> {
+        if deadline.has_passed(Deadline::now()) {
+            return Err(SpawnError::DeadlinePassed);
+        }
+        check_workspace(&spec.workspace).await?;
+        let admission = spec
+            .confinement
+            .as_ref()
+            .map(|c| crate::containment::sandbox::split(c).1)
+            .unwrap_or_default();
+        let order = LaunchOrder {
+            deadline_ns: 0,
+            admission,
+            executable: spec.executable.clone(),
+            argv0: spec.program_name.clone(),
+            args: spec.args.clone(),
+            env: spec.env.clone(),
+        }
+        .with_deadline(deadline);
+        let (mut supervisor, link, reports, mut write_half) = sandbox.into_parts();
+        if let Err(error) = write_half.write_all(&order.encode()).await {
+            let what = format!("cannot send the launch to the prepared sandbox: {error}");
+            return Err(supervisor_failure(link, &mut supervisor, what).await);
+        }
+        Self::follow(supervisor, link, reports, write_half, spec).await
+    }
 
+    /// Once the supervisor has what it needs to start the trainer: waits
+    /// for its word and sets the trainer's handle up.
+    async fn follow(
+        mut supervisor: Child,
+        link: LinkShutdown,
+        mut reports: ReportReader,
+        write_half: OwnedWriteHalf,
+        spec: LaunchSpec,
+    ) -> Result<(Trainer, mpsc::Receiver<String>), SpawnError> {
         // If this future is dropped while waiting here, the socket closes and
         // the supervisor kills whatever it started.
         let pid = match reports.next().await {
@@ -323,6 +361,22 @@ impl Trainer {
     }
 }
 
+/// The host's end of a supervisor's control socket, set up: the link that
+/// closes it when dropped, the report reader and the write half.
+pub(crate) fn attach(
+    host_end: UnixStream,
+) -> Result<(LinkShutdown, ReportReader, OwnedWriteHalf), SpawnError> {
+    let link = LinkShutdown::new(OwnedFd::from(
+        host_end.try_clone().map_err(SpawnError::ControlSocket)?,
+    ));
+    host_end
+        .set_nonblocking(true)
+        .map_err(SpawnError::ControlSocket)?;
+    let socket = tokio::net::UnixStream::from_std(host_end).map_err(SpawnError::ControlSocket)?;
+    let (read_half, write_half) = socket.into_split();
+    Ok((link, ReportReader::new(read_half), write_half))
+}
+
 /// Kills whatever is left in the cgroup of a trainer whose supervisor died
 /// (it empties and removes the cgroup itself otherwise).
 fn empty_leftover_cgroup(relative: &str) {
@@ -394,7 +448,7 @@ fn start_supervisor(spec: &LaunchSpec, control: UnixStream) -> Result<Child, Spa
 
 /// Builds the error for a supervisor that ended (or broke down) before
 /// starting the trainer, quoting its exit status and stderr.
-async fn supervisor_failure(
+pub(crate) async fn supervisor_failure(
     link: LinkShutdown,
     supervisor: &mut Child,
     what: String,

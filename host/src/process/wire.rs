@@ -10,6 +10,8 @@
 //! | host → supervisor | `D` | deadline | CLOCK_BOOTTIME nanoseconds |
 //! | host → supervisor | `S` | stop | grace in milliseconds |
 //! | host → supervisor | `K` | kill | 0 |
+//! | host → supervisor | `L` | launch (in a prepared sandbox) | length of the JSON order that follows |
+//! | supervisor → host | `r` | prepared (the sandbox waits for its launch) | 0 |
 //! | supervisor → host | `s` | started | the trainer's pid |
 //! | supervisor → host | `f` | spawn-failed | reason length, then the reason |
 //! | supervisor → host | `p` | deadline-passed (trainer not started) | 0 |
@@ -20,23 +22,35 @@
 //! | supervisor → host | `q` | disk-quota-exceeded | the quota in bytes |
 //!
 //! The host writes the first deadline before it starts the supervisor, so the
-//! supervisor knows the lease before it starts anything. The supervisor sends
+//! supervisor knows the lease before it starts anything. A supervisor that
+//! prepares a sandbox ahead of its attempt (`--prepare`) says `prepared`
+//! once it is ready, and then waits for a `launch`, which carries the
+//! lease deadline with the rest of the attempt ([`LaunchOrder`]); from
+//! there on the two kinds speak alike. The supervisor sends
 //! exactly one of `started`, `spawn-failed`, `deadline-passed`, and after
 //! `started` exactly one final report (`exited`, `signaled`, `lease-expired`),
 //! preceded by a `memory-limit-exceeded` or `disk-quota-exceeded` when the
 //! attempt went over one of its limits.
 
 use super::Deadline;
+use crate::containment::sandbox::Admission;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Size of every message except `spawn-failed`.
 pub const FRAME_BYTES: usize = 9;
 /// The longest reason a `spawn-failed` message may carry.
 pub const MAX_REASON_BYTES: usize = 4096;
+/// The longest launch order: far above what an adapter's launch plan may
+/// hold (1 MiB of arguments, 256 environment variables).
+pub const MAX_ORDER_BYTES: usize = 16 << 20;
 
 const TAG_DEADLINE: u8 = b'D';
 const TAG_STOP: u8 = b'S';
 const TAG_KILL: u8 = b'K';
+const TAG_LAUNCH: u8 = b'L';
+const TAG_PREPARED: u8 = b'r';
 const TAG_STARTED: u8 = b's';
 const TAG_SPAWN_FAILED: u8 = b'f';
 const TAG_DEADLINE_PASSED: u8 = b'p';
@@ -60,6 +74,8 @@ pub enum HostMessage {
 /// What a supervisor tells the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Report {
+    /// A prepared sandbox is ready for its launch.
+    Prepared,
     Started {
         pid: u32,
     },
@@ -91,6 +107,63 @@ pub enum WireError {
     BadValue { tag: char, value: u64 },
     #[error("spawn-failed reason of {0} bytes is over the limit of {MAX_REASON_BYTES}")]
     ReasonTooLong(u64),
+    #[error("launch order of {0} bytes is over the limit of {MAX_ORDER_BYTES}")]
+    OrderTooLong(u64),
+    #[error("the launch order is not valid: {0}")]
+    BadOrder(String),
+}
+
+/// The launch of a trainer in a prepared sandbox: the one message its
+/// supervisor waits for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaunchOrder {
+    /// The lease deadline, in CLOCK_BOOTTIME nanoseconds.
+    pub deadline_ns: u64,
+    pub admission: Admission,
+    /// Already resolved by the allowlist.
+    pub executable: PathBuf,
+    pub argv0: String,
+    pub args: Vec<String>,
+    /// The complete environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl LaunchOrder {
+    pub fn deadline(&self) -> Deadline {
+        Deadline::from_boottime(Duration::from_nanos(self.deadline_ns))
+    }
+
+    pub fn with_deadline(mut self, deadline: Deadline) -> LaunchOrder {
+        self.deadline_ns = saturating_u64(deadline.since_boot().as_nanos());
+        self
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).expect("a launch order is plain data");
+        let mut bytes = frame(TAG_LAUNCH, json.len() as u64).to_vec();
+        bytes.extend_from_slice(&json);
+        bytes
+    }
+
+    /// The order at the start of `buf` and the bytes it took, or `None`
+    /// if `buf` does not hold it whole yet.
+    pub fn decode(buf: &[u8]) -> Result<Option<(LaunchOrder, usize)>, WireError> {
+        let Some((tag, value)) = split_frame(buf) else {
+            return Ok(None);
+        };
+        if tag != TAG_LAUNCH {
+            return Err(WireError::UnknownTag(tag));
+        }
+        let len = usize::try_from(value)
+            .ok()
+            .filter(|&len| len <= MAX_ORDER_BYTES)
+            .ok_or(WireError::OrderTooLong(value))?;
+        let Some(json) = buf.get(FRAME_BYTES..FRAME_BYTES + len) else {
+            return Ok(None);
+        };
+        let order = serde_json::from_slice(json).map_err(|e| WireError::BadOrder(e.to_string()))?;
+        Ok(Some((order, FRAME_BYTES + len)))
+    }
 }
 
 fn frame(tag: u8, value: u64) -> [u8; FRAME_BYTES] {
@@ -153,6 +226,7 @@ impl HostMessage {
 impl Report {
     pub fn encode(&self) -> Vec<u8> {
         match self {
+            Report::Prepared => frame(TAG_PREPARED, 0).to_vec(),
             Report::Started { pid } => frame(TAG_STARTED, u64::from(*pid)).to_vec(),
             Report::SpawnFailed(reason) => {
                 let reason = truncate_at_char_boundary(reason, MAX_REASON_BYTES);
@@ -180,6 +254,7 @@ impl Report {
             return Ok(None);
         };
         let report = match tag {
+            TAG_PREPARED => Report::Prepared,
             TAG_STARTED => Report::Started {
                 pid: u32::try_from(value).map_err(|_| WireError::BadValue {
                     tag: tag as char,
@@ -252,6 +327,7 @@ mod tests {
     #[test]
     fn every_report_survives_a_round_trip() {
         let reports = [
+            Report::Prepared,
             Report::Started { pid: 4242 },
             Report::SpawnFailed("cannot execute /nope: No such file or directory".into()),
             Report::DeadlinePassed,
@@ -274,6 +350,39 @@ mod tests {
             );
             assert_eq!(Report::decode(&bytes[..bytes.len() - 1]), Ok(None));
         }
+    }
+
+    #[test]
+    fn a_launch_order_survives_a_round_trip_and_an_overlong_one_is_refused() {
+        let order = LaunchOrder {
+            deadline_ns: 0,
+            admission: Admission {
+                workspace: "/srv/work/7-1".into(),
+                cgroup: Some("trainyard/host-1/7-1".into()),
+                ..Admission::default()
+            },
+            executable: "/usr/bin/python3".into(),
+            argv0: "python3".into(),
+            args: vec!["-c".into(), "pass".into()],
+            env: vec![("HOME".into(), "/srv/work/7-1".into())],
+        }
+        .with_deadline(Deadline::from_boottime(Duration::from_secs(90)));
+        let bytes = order.encode();
+        assert_eq!(
+            LaunchOrder::decode(&bytes),
+            Ok(Some((order.clone(), bytes.len())))
+        );
+        assert_eq!(LaunchOrder::decode(&bytes[..bytes.len() - 1]), Ok(None));
+        assert_eq!(order.deadline().since_boot(), Duration::from_secs(90));
+        let huge = frame(TAG_LAUNCH, 1 << 40);
+        assert_eq!(
+            LaunchOrder::decode(&huge),
+            Err(WireError::OrderTooLong(1 << 40))
+        );
+        assert_eq!(
+            LaunchOrder::decode(&HostMessage::Kill.encode()),
+            Err(WireError::UnknownTag(TAG_KILL))
+        );
     }
 
     #[test]

@@ -88,6 +88,27 @@ impl Confined {
         })
     }
 
+    /// The confinement of a trainer a prepared sandbox launched: its
+    /// cgroup (renamed to the attempt's), limits, workspace and status pipe.
+    pub(crate) fn admitted(
+        cgroup: Option<AttemptCgroup>,
+        cgroup_path: Option<String>,
+        limits: Limits,
+        workspace: PathBuf,
+        workspace_quota: Option<u64>,
+        status: Option<StatusPipe>,
+    ) -> Confined {
+        Confined {
+            cgroup,
+            cgroup_path,
+            limits,
+            workspace,
+            workspace_quota,
+            status,
+            entry: None,
+        }
+    }
+
     /// The part the trainer carries out; taken once, for the spawn.
     pub(crate) fn take_entry(&mut self) -> Option<Entry> {
         self.entry.take()
@@ -221,7 +242,7 @@ impl Entry {
 }
 
 /// Sets both the soft and the hard limit of `resource`; `None` leaves it.
-fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> io::Result<()> {
+pub(crate) fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> io::Result<()> {
     let Some(mut value) = value else {
         return Ok(());
     };

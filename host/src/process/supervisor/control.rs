@@ -6,7 +6,7 @@
 //! a `posix_spawn` (`vfork`-like), which does not copy the page tables of a
 //! large, busy host or make its memory copy-on-write while the child starts.
 
-use crate::process::wire::{HostMessage, Report, WireError};
+use crate::process::wire::{HostMessage, LaunchOrder, Report, WireError};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -91,12 +91,24 @@ impl ControlSocket {
         Ok(messages)
     }
 
+    /// Blocks until the host's launch order (a prepared sandbox's one
+    /// message) has come whole.
+    pub(crate) fn read_launch(&mut self) -> Result<LaunchOrder, ControlError> {
+        loop {
+            if let Some((order, used)) = LaunchOrder::decode(&self.pending)? {
+                self.pending.drain(..used);
+                return Ok(order);
+            }
+            self.fill()?;
+        }
+    }
+
     pub(crate) fn send(&mut self, report: &Report) -> io::Result<()> {
         self.stream.write_all(&report.encode())
     }
 
     fn fill(&mut self) -> Result<(), ControlError> {
-        let mut chunk = [0u8; 512];
+        let mut chunk = [0u8; 16384];
         let n = loop {
             match self.stream.read(&mut chunk) {
                 Ok(n) => break n,

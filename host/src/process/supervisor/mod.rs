@@ -22,7 +22,9 @@ mod control;
 mod init;
 mod policy;
 mod probe;
+mod sandbox;
 mod spawn;
+mod waiting;
 
 use crate::process::wire::{HostMessage, LimitBreach, Report};
 use crate::process::Deadline;
@@ -45,6 +47,11 @@ use std::time::Duration;
 pub use control::CONTROL_FD;
 pub use probe::PROBE_FLAG;
 pub use spawn::CONFINE_FLAG;
+
+/// The flag that makes the supervisor prepare a sandbox ahead of its
+/// attempt, followed by the sandbox's plan as JSON
+/// ([`crate::containment::sandbox::SandboxPlan`]).
+pub const PREPARE_FLAG: &str = "--prepare";
 
 /// Why the supervisor could not do its job at all.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +76,15 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == PROBE_FLAG) {
         return probe::run(std::env::args_os().skip(2));
     }
-    match run(std::env::args_os().skip(1)) {
+    let ran = if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == PREPARE_FLAG)
+    {
+        sandbox::run(std::env::args_os().nth(2))
+    } else {
+        run(std::env::args_os().skip(1))
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("trainyard-supervise: {error}");
@@ -102,10 +117,35 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
             return Err(error);
         }
     };
-    let Some((mut confined, group, trainer_exit)) = launch(&invocation, &mut control, &timers)?
-    else {
+    let Some(launched) = launch(&invocation, &mut control, &timers)? else {
         return Ok(());
     };
+    supervise(launched, lease, control, &timers, &term, host_process)
+}
+
+/// A trainer started: its confinement, its process group and a pidfd of
+/// the supervisor's child (the trainer, or its namespace's first process).
+struct Launched {
+    confined: Option<Confined>,
+    group: Pid,
+    trainer_exit: OwnedFd,
+}
+
+/// Watches a started trainer until it has ended, then ends its attempt
+/// and sends the final report.
+fn supervise(
+    launched: Launched,
+    lease: Deadline,
+    control: ControlSocket,
+    timers: &Timers,
+    term: &SignalFd,
+    host_process: Pid,
+) -> Result<(), SuperviseError> {
+    let Launched {
+        mut confined,
+        group,
+        trainer_exit,
+    } = launched;
     let trainer = Trainer {
         group,
         confined: confined.as_ref(),
@@ -116,8 +156,8 @@ fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), SuperviseEr
         &mut supervision,
         &mut host,
         &trainer_exit,
-        &timers,
-        &term,
+        timers,
+        term,
         &trainer,
     );
 
@@ -160,7 +200,7 @@ fn launch(
     invocation: &Invocation,
     control: &mut ControlSocket,
     timers: &Timers,
-) -> Result<Option<(Option<Confined>, Pid, OwnedFd)>, SuperviseError> {
+) -> Result<Option<Launched>, SuperviseError> {
     let mut confined = match invocation.confinement.as_ref().map(Confined::prepare) {
         None => None,
         Some(Ok(confined)) => Some(confined),
@@ -211,7 +251,11 @@ fn launch(
     if let Some(quota) = confined.as_ref().and_then(Confined::workspace_quota) {
         timers.arm_disk_checks(quota)?;
     }
-    Ok(Some((confined, group, trainer_exit)))
+    Ok(Some(Launched {
+        confined,
+        group,
+        trainer_exit,
+    }))
 }
 
 /// The quota breach, if the workspace's filesystem is full: a write there

@@ -154,7 +154,7 @@ pub(crate) fn start_trainer(invocation: &Invocation, entry: Option<Entry>) -> Re
 /// Dies with its parent; fails if the supervisor is gone already (it may
 /// have died before the death signal was set, and then nothing would ever
 /// kill this process). System calls only.
-fn tie_to_parent(supervisor: RawFd) -> io::Result<()> {
+pub(crate) fn tie_to_parent(supervisor: RawFd) -> io::Result<()> {
     // SAFETY: prctl and poll on integers and a local array.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -173,7 +173,7 @@ fn tie_to_parent(supervisor: RawFd) -> io::Result<()> {
 }
 
 /// A pidfd of this process (close-on-exec).
-fn pidfd_of_self() -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_of_self() -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor
     // or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
@@ -185,7 +185,7 @@ fn pidfd_of_self() -> io::Result<OwnedFd> {
 }
 
 /// An error's text without Rust's "(os error N)" suffix.
-fn describe(error: &io::Error) -> String {
+pub(crate) fn describe(error: &io::Error) -> String {
     match error.raw_os_error() {
         Some(code) => Errno::from_raw(code).desc().to_string(),
         None => error.to_string(),
