@@ -136,6 +136,7 @@ impl LocalHost {
             python,
             // A local run's workspace is the caller's to keep or remove.
             spares: Arc::new(crate::workspace::Spares::new(0)),
+            artifacts: None,
         };
         Ok(LocalHost {
             env,

@@ -57,6 +57,9 @@ pub struct MasterConfig {
     /// The API base URL other masters send the CLI to while this one leads;
     /// derived from the API listener when unset.
     pub advertise_api: Option<String>,
+    /// Where the checkpoints and outputs hosts upload are kept; `None`:
+    /// nowhere (checkpoints travel inline, as small as hosts allow).
+    pub artifacts: Option<crate::artifacts::ArtifactsConfig>,
 }
 
 impl MasterConfig {
@@ -88,6 +91,7 @@ impl MasterConfig {
             leader_ttl: crate::leadership::DEFAULT_LEADER_TTL,
             advertise_hosts: None,
             advertise_api: None,
+            artifacts: None,
         }
     }
 }

@@ -53,7 +53,10 @@ pub use timers::Timers;
 /// reloads them (`HostMessage::Adapters`).
 /// Version 9 names the exact adapter version in each dispatch
 /// (`Dispatch::version`).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// Version 10 keeps checkpoints in the artifact store: the welcome says
+/// where hosts put them (`Welcome::artifacts`), and a checkpoint may be an
+/// object there (`Checkpoint::Stored`).
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -12,6 +12,11 @@
 //! `verdict.txt` becomes the result's summary, and a non-zero exit fails the
 //! attempt with the end of its stderr.
 //!
+//! Checkpoints, for the artifact tests: a line `checkpoint <path>` on the
+//! script's stdout announces the workspace file `<path>` as a checkpoint,
+//! and a line `episode <n>` reports progress; an attempt that resumes
+//! finds the checkpoint's path in `RESUME_FROM`.
+//!
 //! It is built against the contract's first version, `0.1.0`, kept in
 //! `wit/archive/0.1.0`: the witness that hosts keep loading and running
 //! components built for an older version of the contract unchanged, its
@@ -27,8 +32,8 @@ mod bindings {
 use bindings::exports::trainyard::adapter::adapter::Guest;
 use bindings::trainyard::adapter::host::{log, LogLevel};
 use bindings::trainyard::adapter::types::{
-    AdapterInfo, Command, ExitReport, ExitStatus, LaunchPlan, Progress, Task, TaskError,
-    TaskResult, WorkspaceFile,
+    AdapterInfo, Checkpoint, Command, EnvVar, ExitReport, ExitStatus, LaunchPlan, Progress, Task,
+    TaskError, TaskResult, WorkspaceFile,
 };
 
 /// Where the adapter sees the attempt's workspace.
@@ -74,13 +79,35 @@ impl Guest for ScriptTrainer {
             command: Some(Command {
                 program: "python3".to_owned(),
                 args: vec!["trainer.py".to_owned()],
-                env: vec![],
+                env: match task.checkpoint {
+                    Some(Checkpoint::WorkspaceFile(path)) => vec![EnvVar {
+                        name: "RESUME_FROM".to_owned(),
+                        value: path,
+                    }],
+                    _ => vec![],
+                },
             }),
         })
     }
 
-    fn on_output(_line: String) -> Option<Progress> {
-        None
+    fn on_output(line: String) -> Option<Progress> {
+        let checkpoint = line
+            .strip_prefix("checkpoint ")
+            .map(|path| Checkpoint::WorkspaceFile(path.trim().to_owned()));
+        let episode = line
+            .strip_prefix("episode ")
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        if checkpoint.is_none() && episode.is_none() {
+            return None;
+        }
+        Some(Progress {
+            episode,
+            total_episodes: None,
+            episode_return: None,
+            metrics: vec![],
+            checkpoint,
+            message: None,
+        })
     }
 
     fn finish(exit: ExitReport) -> Result<TaskResult, TaskError> {

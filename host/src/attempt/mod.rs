@@ -9,9 +9,11 @@
 //! 3. Release the lease and store the report in one atomic step; hand the
 //!    report to the agent, which sends it until the master acknowledges it.
 //!
-//! [`throttle`] keeps progress updates to one per interval.
+//! [`throttle`] keeps progress updates to one per interval; [`keep`] stores
+//! the checkpoints and outputs an attempt leaves.
 
 pub mod body;
+mod keep;
 mod throttle;
 
 pub use body::{outcome_name, Body, Ending};
@@ -66,6 +68,9 @@ pub struct HostEnv {
     pub python: Option<crate::python_env::PythonEnvs>,
     /// Emptied workspaces of ended attempts that no trainer had.
     pub spares: Arc<crate::workspace::Spares>,
+    /// The artifact store, as the master names it; `None` where there is
+    /// no master (a local run): checkpoints then travel inline.
+    pub artifacts: Option<crate::artifacts::Shipper>,
 }
 
 /// An adapter with the programs it may launch.
