@@ -229,6 +229,10 @@ pub struct ProgressUpdate {
     /// first, so a curve misses none (at most [`MAX_PROGRESS_BATCH`] - 1).
     #[serde(default)]
     pub earlier: Vec<Progress>,
+    /// `progress` is the newest event already sent, restated only to carry
+    /// a checkpoint stored since: no new point of the curve.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restated: bool,
 }
 
 /// Most lines one [`LogBatch`] carries.

@@ -84,6 +84,16 @@ impl ShipError {
         )
     }
 
+    /// Whether the store could not be reached at all (the master down or
+    /// restarting, every try spent), as opposed to refusing the object.
+    pub fn store_unreachable(&self) -> bool {
+        match self {
+            ShipError::Transport(_) | ShipError::NoStore => true,
+            ShipError::Refused { status, .. } => *status >= 500 && *status != 507,
+            _ => false,
+        }
+    }
+
     /// Whether trying again now may help.
     fn transient(&self) -> bool {
         match self {
@@ -332,6 +342,8 @@ mod tests {
             .contains("artifacts.max_object_bytes (1 bytes)"));
         assert!(ShipError::Transport("reset".into()).retryable());
         assert!(ShipError::Transport("reset".into()).transient());
+        assert!(ShipError::Transport("reset".into()).store_unreachable());
+        assert!(!too_large.store_unreachable());
         let busy = ShipError::Refused {
             name: "m".into(),
             status: 503,

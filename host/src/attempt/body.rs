@@ -605,12 +605,28 @@ impl Run<'_> {
         {
             Err(fault) => failed(fault.to_string(), false),
             Ok(Err(failure)) => failed(failure.message, failure.retryable),
-            Ok(Ok(success)) => match self.keep(success.checkpoint, workspace).await {
+            Ok(Ok(success)) => match self.keep(success.checkpoint.clone(), workspace).await {
                 Ok(checkpoint) => Outcome::Completed {
                     checkpoint,
                     metrics: success.metrics,
                     summary: success.summary,
                 },
+                // The trainer's result is not held hostage by a store that
+                // cannot be reached (the master down): it is reported, with
+                // a final checkpoint inline if small enough, and says what
+                // was not kept.
+                Err(e) if e.store_unreachable() => {
+                    tracing::warn!(attempt = %self.attempt, error = %e, "artifacts not stored: the store cannot be reached");
+                    let note = format!("artifacts not stored: {e}");
+                    Outcome::Completed {
+                        checkpoint: success.checkpoint.and_then(|c| self.capture(c, workspace)),
+                        metrics: success.metrics,
+                        summary: Some(match success.summary {
+                            Some(summary) => format!("{summary} ({note})"),
+                            None => note,
+                        }),
+                    }
+                }
                 Err(e) => failed(
                     format!("the trainer succeeded but its artifacts were not all stored: {e}"),
                     e.retryable(),
@@ -630,8 +646,11 @@ impl Run<'_> {
         let Some(shipper) = self.env.artifacts.as_ref().filter(|s| s.has_store()) else {
             return Ok(checkpoint.and_then(|c| self.capture(c, workspace)));
         };
-        if let Some(failure) = self.uploads.as_mut().and_then(|u| u.failure.take()) {
-            return Err(failure);
+        match self.uploads.as_mut().and_then(|u| u.failure.take()) {
+            // Only what could not be reached; the final state goes next.
+            Some(failure) if failure.store_unreachable() => {}
+            Some(failure) => return Err(failure),
+            None => {}
         }
         let checkpoint = match checkpoint {
             None => None,
@@ -713,6 +732,7 @@ impl Run<'_> {
             progress: event.progress,
             checkpoint,
             earlier: vec![],
+            restated: false,
         });
         if urgent || self.progress.due() {
             self.flush_progress().await;

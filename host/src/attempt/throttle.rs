@@ -28,7 +28,9 @@ impl Throttle {
     pub fn offer(&mut self, mut update: ProgressUpdate) {
         if let Some(old) = self.pending.take() {
             let mut earlier = old.earlier;
-            earlier.push(old.progress);
+            if !old.restated {
+                earlier.push(old.progress);
+            }
             earlier.append(&mut update.earlier);
             update.earlier = earlier;
             if update.checkpoint.is_none() {
@@ -73,6 +75,7 @@ impl Throttle {
                     progress: newest.unwrap_or_default(),
                     checkpoint: Some(checkpoint),
                     earlier: vec![],
+                    restated: true,
                 })
             }
         }
@@ -98,6 +101,7 @@ mod tests {
             },
             checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
             earlier: vec![],
+            restated: false,
         }
     }
 
@@ -132,8 +136,17 @@ mod tests {
         t.attach(AttemptRef::new(1, 1), stored(2), Some(newest.clone()));
         let again = t.take().unwrap();
         assert_eq!(again.progress, newest);
+        assert!(again.restated, "not a new point of the curve");
         assert!(again.earlier.is_empty());
         assert_eq!(again.checkpoint, Some(stored(2)));
+        // Held, then overtaken by new events: the restated one is not
+        // counted again, the checkpoint stays.
+        t.attach(AttemptRef::new(1, 1), stored(3), Some(newest));
+        t.offer(update(6, false));
+        let next = t.take().unwrap();
+        assert_eq!(next.progress.episode, Some(6));
+        assert!(!next.restated && next.earlier.is_empty());
+        assert_eq!(next.checkpoint, Some(stored(3)));
     }
 
     #[test]
