@@ -51,6 +51,12 @@ pub enum Command {
     Logs(commands::logs::LogsArgs),
     /// Print a task's stored progress curve, running or finished (a table, --csv or --json)
     Progress(commands::progress::ProgressArgs),
+    /// List what a task's attempts left in the artifact store: checkpoints
+    /// and outputs, with their size and SHA-256
+    Artifacts(commands::artifacts::ArtifactsArgs),
+    /// Download a task's artifacts (an output or checkpoint by name, or
+    /// every output and the newest checkpoint), each checked by SHA-256
+    Download(commands::artifacts::DownloadArgs),
     /// Create a sweep (a search over parameters and seeds), or show or cancel one
     Sweep(commands::sweep::SweepArgs),
     /// List sweeps

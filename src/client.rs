@@ -53,6 +53,7 @@ pub use error::{error_message, ClientError};
 pub use events::{StreamEvent, TaskEvent};
 pub use logs::{LogEvent, LogLine, LogPage, LogQuery};
 pub use progress::{ProgressPage, ProgressPoint};
+pub use trainyard_master::store::Artifact;
 
 use eventsource_stream::Eventsource;
 use failover::{MasterUrl, Verdict};
@@ -448,6 +449,32 @@ impl ApiClient {
         }
         let request = self.request(Method::GET, &path)?.query(&query);
         self.call(request, &format!("GET /{path}")).await
+    }
+
+    /// A task's artifacts, oldest first (`GET /v1/tasks/{id}/artifacts`).
+    pub async fn artifacts(&self, id: u64) -> Result<Vec<Artifact>, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            artifacts: Vec<Artifact>,
+        }
+        let path = format!("v1/tasks/{id}/artifacts");
+        let request = self.request(Method::GET, &path)?;
+        let listed: Listed = self.call(request, &format!("GET /{path}")).await?;
+        Ok(listed.artifacts)
+    }
+
+    /// The bytes of one artifact, streamed as they arrive.
+    pub async fn artifact_bytes(
+        &self,
+        id: u64,
+        artifact: i64,
+    ) -> Result<impl Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static, ClientError>
+    {
+        let path = format!("v1/tasks/{id}/artifacts/{artifact}");
+        let (response, shown) = self.send(self.request(Method::GET, &path)?).await?;
+        Ok(response
+            .bytes_stream()
+            .map(move |chunk| chunk.map_err(|e| ClientError::transport(&shown, &e))))
     }
 
     /// A task's captured lines (`GET /v1/tasks/{id}/logs`).

@@ -76,6 +76,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel(args) => commands::cancel::run(&client()?, args).await?,
         Command::Logs(args) => commands::logs::run(&client()?, args).await?,
         Command::Progress(args) => commands::progress::run(&client()?, args).await?,
+        Command::Artifacts(args) => commands::artifacts::list(&client()?, args).await?,
+        Command::Download(args) => commands::artifacts::download(&client()?, args).await?,
         Command::Sweep(args) => commands::sweep::run(&client()?, args).await?,
         Command::Sweeps(args) => commands::sweeps::run(&client()?, args).await?,
         Command::Watch(args) => commands::watch::run(&client()?, args).await?,

@@ -6,8 +6,10 @@ use crate::secrets;
 use crate::settings::{OnAdapterError, Settings};
 use anyhow::Context;
 use std::time::Duration;
+use trainyard_artifacts::StoreSpec;
 use trainyard_host::config::{AdapterConfig, HostConfig};
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
+use trainyard_master::artifacts::ArtifactsConfig;
 use trainyard_master::config::MasterConfig;
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::HostId;
@@ -36,6 +38,22 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         advertise_hosts: s.master.advertise_hosts.clone(),
         advertise_api: s.master.advertise_api.clone(),
         quarantine: s.master.quarantine.clone(),
+        artifacts: Some(artifacts_config(s)?),
+    })
+}
+
+/// `[artifacts]` as the master takes it: the embedded store lives in the
+/// data directory.
+fn artifacts_config(s: &Settings) -> anyhow::Result<ArtifactsConfig> {
+    let spec = StoreSpec::parse(&s.artifacts.store)?;
+    let root = match &spec {
+        StoreSpec::Embedded => absolute(&s.data_dir.join("artifacts")),
+        StoreSpec::Directory(path) => path.clone(),
+    };
+    Ok(ArtifactsConfig {
+        spec,
+        root,
+        max_object_bytes: s.artifacts.max_object_bytes,
     })
 }
 

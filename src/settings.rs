@@ -47,6 +47,30 @@ pub struct Settings {
     pub host: HostSection,
     pub tls: TlsSection,
     pub timers: Timers,
+    pub artifacts: ArtifactsSection,
+}
+
+/// `[artifacts]`: where the checkpoints and outputs attempts leave are
+/// kept. The master's word is the cluster's: hosts learn it when they
+/// connect.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArtifactsSection {
+    /// `embedded` (under `data_dir/artifacts`, hosts upload through the
+    /// master) or `file:///path` (a directory every host and the master
+    /// mount at that path).
+    pub store: String,
+    /// The largest object (a checkpoint or an output file) the store takes.
+    pub max_object_bytes: u64,
+}
+
+impl Default for ArtifactsSection {
+    fn default() -> Self {
+        Self {
+            store: "embedded".into(),
+            max_object_bytes: trainyard_artifacts::DEFAULT_MAX_OBJECT_BYTES,
+        }
+    }
 }
 
 /// `[tls]`: TLS on the master's two listeners, and what hosts and the CLI
@@ -241,6 +265,7 @@ impl Default for Settings {
             host: HostSection::default(),
             tls: TlsSection::default(),
             timers: Timers::default(),
+            artifacts: ArtifactsSection::default(),
         }
     }
 }

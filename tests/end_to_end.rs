@@ -60,6 +60,27 @@ async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
         done.task.checkpoint.is_some(),
         "the trainer's checkpoints reached the master"
     );
+    // Its final policy is kept as an output, for the user to download.
+    let kept = c.client().artifacts(id).await.expect("artifacts");
+    let output = kept
+        .iter()
+        .find(|a| a.name == "outputs/policy.json")
+        .unwrap_or_else(|| panic!("no outputs/policy.json in {kept:#?}"));
+    assert_eq!(output.kind, trainyard_artifacts::ArtifactKind::Output);
+    let url = format!(
+        "{}/v1/tasks/{id}/artifacts/{}",
+        c.cluster.settings.api.url, output.id
+    );
+    let bytes = reqwest::get(&url).await.unwrap().bytes().await.unwrap();
+    assert_eq!(bytes.len() as u64, output.size);
+    let mut digest = trainyard_artifacts::Digest::new();
+    digest.update(&bytes);
+    assert_eq!(digest.hex(), output.sha256);
+    let policy: serde_json::Value = serde_json::from_slice(&bytes).expect("the policy as JSON");
+    assert!(
+        policy["q"].as_array().is_some_and(|q| !q.is_empty()),
+        "{policy}"
+    );
 
     // After the report both lease keys are gone (the host cleared them in the
     // step that stored the report), and the stored report is removed once the

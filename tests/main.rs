@@ -8,6 +8,7 @@ mod common;
 mod adapter_check;
 mod adapter_new;
 mod adapter_run;
+mod artifacts;
 mod cartpole;
 mod chaos;
 mod cli;

@@ -74,6 +74,9 @@ pub struct ConnectionConfig {
     pub containment: Vec<String>,
     /// The attempts' captured lines, shipped when nothing else waits.
     pub logs: Arc<LogBook>,
+    /// Told where the artifact store is by each welcome.
+    pub artifacts:
+        Option<tokio::sync::watch::Sender<Option<trainyard_proto::messages::ArtifactTarget>>>,
 }
 
 /// Observers of connection attempts (tests measure reconnect spread with it).
@@ -289,6 +292,9 @@ async fn handshake(
                 &channel,
                 &w.proof,
             ) {
+                if let Some(told) = &config.artifacts {
+                    told.send_replace(w.artifacts);
+                }
                 Ok(frames)
             } else {
                 Err(HandshakeError::Impostor)
@@ -520,6 +526,7 @@ mod tests {
             tls: None,
             containment: vec![],
             logs: Arc::new(LogBook::default()),
+            artifacts: None,
         }
     }
 

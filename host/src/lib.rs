@@ -25,11 +25,15 @@
 //! - [`python_env`]: Python environments the host builds, caches and
 //!   shares read-only between the attempts of adapters that ask for them.
 //! - [`workspace`]: the per-attempt workspace directory.
+//! - [`artifacts`]: the checkpoints and outputs an attempt leaves, moved by
+//!   the host into the cluster's artifact store, and the checkpoint a new
+//!   attempt resumes from, fetched and checked.
 //! - [`logs`]: trainer and adapter lines captured per attempt, bounded,
 //!   until the connection ships them to the master.
 //! - [`metrics`]: the host's `/metrics`, on `host.metrics_listen`.
 
 pub mod agent;
+pub mod artifacts;
 pub mod attempt;
 pub mod backoff;
 pub mod capacity;
@@ -60,6 +64,8 @@ use tokio::sync::oneshot;
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
+    #[error("cannot set up the artifact store's client: {0}")]
+    Artifacts(String),
     #[error("invalid timers: {0}")]
     Timers(#[from] trainyard_proto::timers::InvalidTimers),
     #[error("cannot start the adapter runtime: {0}")]
@@ -327,6 +333,10 @@ pub async fn start(
             metrics.clone(),
         )
     });
+    let api_tls = config.tls.as_ref().map(|t| t.client.config()).transpose()?;
+    let (shipper, artifact_target) =
+        artifacts::Shipper::new(config.id.clone(), config.cluster_secret.clone(), api_tls)
+            .map_err(HostError::Artifacts)?;
     let env = attempt::AttemptEnv {
         lease: lease.clone(),
         book: book.clone(),
@@ -339,6 +349,7 @@ pub async fn start(
             python,
             spares: Arc::new(workspace::Spares::new(config.slots as usize)),
             sandboxes: sandboxes.clone(),
+            artifacts: Some(shipper),
         },
     };
     let ledger = capacity::Ledger::new(config.resources.clone());
@@ -355,6 +366,7 @@ pub async fn start(
         tls,
         containment: enforcement.layers(),
         logs: log_book,
+        artifacts: Some(artifact_target),
     };
     tracing::info!(
         host = %config.id,

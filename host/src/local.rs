@@ -138,6 +138,7 @@ impl LocalHost {
             spares: Arc::new(crate::workspace::Spares::new(0)),
             // One attempt: nothing to prepare ahead of.
             sandboxes: None,
+            artifacts: None,
         };
         Ok(LocalHost {
             env,

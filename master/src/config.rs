@@ -59,6 +59,9 @@ pub struct MasterConfig {
     pub advertise_api: Option<String>,
     /// When a host is quarantined and probed (`master.quarantine`).
     pub quarantine: crate::standing::QuarantinePolicy,
+    /// Where the checkpoints and outputs hosts upload are kept; `None`:
+    /// nowhere (checkpoints travel inline, as small as hosts allow).
+    pub artifacts: Option<crate::artifacts::ArtifactsConfig>,
 }
 
 impl MasterConfig {
@@ -91,6 +94,7 @@ impl MasterConfig {
             advertise_hosts: None,
             advertise_api: None,
             quarantine: Default::default(),
+            artifacts: None,
         }
     }
 }

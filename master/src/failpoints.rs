@@ -7,7 +7,9 @@
 //! `FAILPOINTS` lists the armed points, `;`-separated, each as
 //! `name=return` (the one action: the point fires). The points:
 //! `master-crash-after-dispatch-commit` (the master exits after committing a
-//! dispatch, before sending it).
+//! dispatch, before sending it); `artifact-upload-stall` (an upload to the
+//! embedded artifact store stops being read past its first MiB, as if its
+//! host had gone quiet, so a test can kill the host mid-upload).
 //!
 //! This small reader stands in for the `fail` crate on purpose: that crate
 //! turns on features of a dependency the product shares (`rand`), so `cargo
@@ -54,6 +56,33 @@ pub fn hit(name: &str) -> bool {
         let _ = name;
         false
     }
+}
+
+/// The body of an upload, stalled past its first MiB when
+/// `artifact-upload-stall` is armed; unchanged otherwise.
+pub fn stall_uploads<E: Send + 'static>(
+    body: futures::stream::BoxStream<'static, Result<bytes::Bytes, E>>,
+) -> futures::stream::BoxStream<'static, Result<bytes::Bytes, E>> {
+    #[cfg(feature = "failpoints")]
+    if hit("artifact-upload-stall") {
+        use futures::StreamExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let seen = std::sync::Arc::new(AtomicU64::new(0));
+        return body
+            .then(move |chunk| {
+                let seen = seen.clone();
+                async move {
+                    let len = chunk.as_ref().map_or(0, |b| b.len() as u64);
+                    if seen.fetch_add(len, Ordering::Relaxed) + len > 1 << 20 {
+                        tracing::warn!("fail point artifact-upload-stall: the upload stalls");
+                        std::future::pending::<()>().await;
+                    }
+                    chunk
+                }
+            })
+            .boxed();
+    }
+    body
 }
 
 /// The armed names of a `FAILPOINTS` value.

@@ -16,6 +16,7 @@
 //!   stopping.
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
 //! - [`api`]: the HTTP API and the live event stream.
+//! - [`artifacts`]: the artifact store hosts put checkpoints and outputs in.
 //! - [`dashboard`]: the web dashboard's page and files, on the API's port.
 //! - [`events`]: fan-out of task events.
 //! - [`history`]: the stored progress history, and its bound.
@@ -26,6 +27,7 @@
 //! - [`failpoints`]: fault injection, in builds for the tests only.
 
 pub mod api;
+pub mod artifacts;
 pub mod config;
 pub mod dashboard;
 pub mod events;
@@ -63,6 +65,8 @@ pub enum MasterError {
     RedisUrl(redis::RedisError),
     #[error("TLS: {0}")]
     Tls(#[from] trainyard_proto::tls::TlsError),
+    #[error("{0}")]
+    Artifacts(std::io::Error),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -188,6 +192,13 @@ fn acceptors(
 pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     config.timers.validate()?;
     let (hosts_tls, api_tls) = acceptors(&config)?;
+    let artifacts = config
+        .artifacts
+        .as_ref()
+        .map(|a| artifacts::Artifacts::open(a, config.cluster_secret.clone()))
+        .transpose()
+        .map_err(MasterError::Artifacts)?
+        .map(Arc::new);
     let (store, tenure, listeners) = enter(&config, &hosts_tls, &api_tls).await?;
     tracing::info!(backend = ?store.backend(), "task store ready");
     let term = tenure.term();
@@ -247,13 +258,18 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             source,
         })?;
     let (hosts_addr, api_addr) = (listeners.hosts_addr, listeners.api_addr);
+    let api_url = leadership::candidate(&config, hosts_addr, api_addr).api_url;
+    let artifact_target = artifacts.as_ref().map(|a| a.target(&api_url));
+    if let Some(a) = &artifacts {
+        tracing::info!(store = %a.spec, root = %a.root.display(), "artifact store ready");
+    }
 
     tasks.spawn(scheduler.run(until_stopped()));
     tasks.spawn(thinner.run(until_stopped()));
     tasks.spawn(log_recorder.run(until_stopped()));
     tasks.spawn(sessions::serve(
         hosts_listener,
-        listener_config(&config, hosts_tls, log_feed.clone()),
+        listener_config(&config, hosts_tls, log_feed.clone(), artifact_target),
         handle.clone(),
         until_stopped(),
     ));
@@ -265,7 +281,9 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
         }
         .run(until_stopped()),
     );
-    let app = api::router(api_state(&config, store, &handle, events, log_feed)?);
+    let app = api::router(api_state(
+        &config, store, &handle, events, log_feed, artifacts,
+    )?);
     let served = serve_api(
         api_listener,
         api_tls,
@@ -412,6 +430,7 @@ fn listener_config(
     config: &MasterConfig,
     tls: Option<TlsAcceptor>,
     logs: logs::LogFeed,
+    artifacts: Option<trainyard_proto::messages::ArtifactTarget>,
 ) -> sessions::ListenerConfig {
     sessions::ListenerConfig {
         secret: config.cluster_secret.clone(),
@@ -421,6 +440,7 @@ fn listener_config(
         max_frame: config.max_frame_bytes,
         max_connections: config.max_connections,
         logs,
+        artifacts,
     }
 }
 
@@ -430,6 +450,7 @@ fn api_state(
     scheduler: &scheduler::SchedulerHandle,
     events: events::Events,
     logs: logs::LogFeed,
+    artifacts: Option<Arc<artifacts::Artifacts>>,
 ) -> Result<api::AppState, MasterError> {
     let redis_probe =
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
@@ -444,5 +465,6 @@ fn api_state(
         default_max_attempts: config.default_max_attempts,
         redis_probe: Arc::new(redis_probe),
         sweep_interval: config.timers.sweep_interval,
+        artifacts,
     })
 }

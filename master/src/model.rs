@@ -193,11 +193,15 @@ impl ProgressView {
 /// A checkpoint kept for a task, without its bytes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointView {
-    /// `file` (bytes kept by the master) or `external` (a reference).
+    /// `file` (bytes kept by the master, or in the artifact store when
+    /// `sha256` is given) or `external` (a reference).
     pub kind: String,
     /// The file's workspace path, or the external reference.
     pub name: String,
     pub bytes: u64,
+    /// Lower-case hex SHA-256 of a file kept in the artifact store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// The attempt that wrote it.
     pub attempt: u32,
 }
@@ -216,12 +220,21 @@ impl StoredCheckpoint {
                 kind: "file".into(),
                 name: name.clone(),
                 bytes: data.len() as u64,
+                sha256: None,
                 attempt: self.attempt,
             },
             Checkpoint::External(reference) => CheckpointView {
                 kind: "external".into(),
                 name: reference.clone(),
                 bytes: 0,
+                sha256: None,
+                attempt: self.attempt,
+            },
+            Checkpoint::Stored { name, object } => CheckpointView {
+                kind: "file".into(),
+                name: name.clone(),
+                bytes: object.size,
+                sha256: Some(object.sha256.clone()),
                 attempt: self.attempt,
             },
         }

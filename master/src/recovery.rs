@@ -355,6 +355,7 @@ pub fn checkpoint_bytes(c: &Checkpoint) -> usize {
     match c {
         Checkpoint::File { data, .. } => data.len(),
         Checkpoint::External(r) => r.len(),
+        Checkpoint::Stored { object, .. } => usize::try_from(object.size).unwrap_or(usize::MAX),
     }
 }
 

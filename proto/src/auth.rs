@@ -22,6 +22,27 @@ pub const NONCE_LEN: usize = 32;
 
 const HOST_LABEL: &[u8] = b"trainyard/1 host proof";
 const MASTER_LABEL: &[u8] = b"trainyard/1 master proof";
+const REQUEST_LABEL: &[u8] = b"trainyard/1 host request";
+
+/// The `Authorization` scheme of a host's signed request to the master's
+/// API (artifact uploads): `Trainyard-Host <host id> <unix ms> <hex HMAC>`.
+pub const HOST_REQUEST_SCHEME: &str = "Trainyard-Host";
+
+/// How far a signed request's time may be from the master's clock.
+pub const REQUEST_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+/// Why a host's signed request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestRefusal {
+    #[error(
+        "the request is not signed as `{HOST_REQUEST_SCHEME} <host id> <unix ms> <signature>`"
+    )]
+    Malformed,
+    #[error("the request was signed at {at_ms}, more than five minutes from the master's clock ({now_ms}): check the host's clock")]
+    Stale { at_ms: i64, now_ms: i64 },
+    #[error("the request's signature is wrong: the host does not know the cluster secret")]
+    BadSignature,
+}
 
 /// The shared secret of a cluster.
 #[derive(Clone)]
@@ -121,6 +142,73 @@ impl ClusterSecret {
     }
 }
 
+impl ClusterSecret {
+    fn request_mac(&self, host_id: &str, at_ms: i64, method: &str, path: &str) -> Hmac<Sha256> {
+        self.mac(
+            REQUEST_LABEL,
+            &at_ms.to_be_bytes(),
+            format!("{method} {path}").as_bytes(),
+            host_id,
+            &[],
+        )
+    }
+
+    /// The `Authorization` value of a host's request `method path` (the
+    /// URL's path as sent, percent-encoded) at `at_ms`. Bound to the
+    /// method, path and time: it cannot be moved to another request, and is
+    /// refused five minutes on. Over plain HTTP anyone on the path may
+    /// replay it meanwhile, as they may read everything else: use TLS.
+    pub fn sign_request(&self, host_id: &str, at_ms: i64, method: &str, path: &str) -> String {
+        let mac = self.request_mac(host_id, at_ms, method, path).finalize();
+        let hex: String = mac
+            .into_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("{HOST_REQUEST_SCHEME} {host_id} {at_ms} {hex}")
+    }
+
+    /// Checks a signed request's `Authorization` value at `now_ms`; the
+    /// host's id when it holds.
+    pub fn verify_request(
+        &self,
+        authorization: &str,
+        method: &str,
+        path: &str,
+        now_ms: i64,
+    ) -> Result<String, RequestRefusal> {
+        let mut parts = authorization.split(' ');
+        let (Some(HOST_REQUEST_SCHEME), Some(host), Some(at), Some(hex), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(RequestRefusal::Malformed);
+        };
+        let at_ms: i64 = at.parse().map_err(|_| RequestRefusal::Malformed)?;
+        let signature = decode_hex(hex).ok_or(RequestRefusal::Malformed)?;
+        if (now_ms - at_ms).abs() > REQUEST_WINDOW_MS {
+            return Err(RequestRefusal::Stale { at_ms, now_ms });
+        }
+        self.request_mac(host, at_ms, method, path)
+            .verify_slice(&signature)
+            .map(|()| host.to_string())
+            .map_err(|_| RequestRefusal::BadSignature)
+    }
+}
+
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 impl std::fmt::Debug for ClusterSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ClusterSecret(..)")
@@ -197,6 +285,54 @@ mod tests {
         );
         let back = s.master_proof(&m, &h, "gpu-1", &master_side);
         assert!(!s.verify_master(&m, &h, "gpu-1", &host_side, &back));
+    }
+
+    #[test]
+    fn a_signed_request_holds_only_for_its_method_path_and_time() {
+        let s = secret("correct horse battery staple");
+        let path = "/v1/tasks/7/attempts/1/artifacts/checkpoint/model.pt";
+        let signed = s.sign_request("gpu-1", 1_000_000, "PUT", path);
+        assert_eq!(
+            s.verify_request(&signed, "PUT", path, 1_000_000 + 60_000),
+            Ok("gpu-1".to_string())
+        );
+        let elsewhere = "/v1/tasks/8/attempts/1/artifacts/checkpoint/model.pt";
+        assert_eq!(
+            s.verify_request(&signed, "PUT", elsewhere, 1_000_000),
+            Err(RequestRefusal::BadSignature)
+        );
+        assert_eq!(
+            s.verify_request(&signed, "POST", path, 1_000_000),
+            Err(RequestRefusal::BadSignature)
+        );
+        assert!(matches!(
+            s.verify_request(&signed, "PUT", path, 1_000_000 + REQUEST_WINDOW_MS + 1),
+            Err(RequestRefusal::Stale { .. })
+        ));
+        let claimed = signed.replace("gpu-1", "gpu-2");
+        assert_eq!(
+            s.verify_request(&claimed, "PUT", path, 1_000_000),
+            Err(RequestRefusal::BadSignature)
+        );
+        let forged =
+            secret("incorrect horse battery staple").sign_request("gpu-1", 1_000_000, "PUT", path);
+        assert_eq!(
+            s.verify_request(&forged, "PUT", path, 1_000_000),
+            Err(RequestRefusal::BadSignature)
+        );
+        for bad in [
+            "",
+            "Bearer x",
+            "Trainyard-Host gpu-1 12",
+            "Trainyard-Host gpu-1 x ab",
+            "Trainyard-Host gpu-1 12 zz",
+        ] {
+            assert_eq!(
+                s.verify_request(bad, "PUT", path, 12),
+                Err(RequestRefusal::Malformed),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

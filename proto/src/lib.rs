@@ -55,7 +55,10 @@ pub use timers::Timers;
 /// (`Dispatch::version`).
 /// Version 10 tells the host's own failures from the task's
 /// (`Outcome::HostFault`).
-pub const PROTOCOL_VERSION: u32 = 10;
+/// Version 11 keeps checkpoints in the artifact store: the welcome says
+/// where hosts put them (`Welcome::artifacts`), and a checkpoint may be an
+/// object there (`Checkpoint::Stored`).
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -105,6 +105,54 @@ pub struct Welcome {
     /// `auth::master_proof`: the host checks it before trusting the master.
     #[serde(with = "serde_bytes")]
     pub proof: Vec<u8>,
+    /// Where the host puts the checkpoints and outputs its attempts leave
+    /// (the master's `artifacts.store`); `None`: nowhere, checkpoints travel
+    /// inline within `host.max_checkpoint_bytes` as before.
+    #[serde(default)]
+    pub artifacts: Option<ArtifactTarget>,
+}
+
+/// Where hosts put what attempts leave, as the master tells them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactTarget {
+    pub route: ArtifactRoute,
+    /// The largest object the store takes (`artifacts.max_object_bytes`):
+    /// a host refuses a larger file before sending a byte of it.
+    pub max_object_bytes: u64,
+}
+
+/// How a host reaches the artifact store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArtifactRoute {
+    /// Through the master's HTTP API (`api_url`), over a connection of the
+    /// host's own (never the host channel), signed with the cluster
+    /// secret; the master keeps the objects under its data directory.
+    Master { api_url: String },
+    /// A directory mounted at this path on every host and the master (a
+    /// shared filesystem): hosts write the objects themselves, then ask the
+    /// master's API to record them.
+    Directory { path: String, api_url: String },
+}
+
+impl ArtifactRoute {
+    /// The master's API, where objects are recorded whatever holds them.
+    pub fn api_url(&self) -> &str {
+        match self {
+            Self::Master { api_url } | Self::Directory { api_url, .. } => api_url,
+        }
+    }
+}
+
+/// An object in the cluster's artifact store, as the master recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredObject {
+    /// Its artifact's id (`GET /v1/tasks/{task}/artifacts/{id}`).
+    pub id: i64,
+    /// Its key in the store.
+    pub key: String,
+    pub size: u64,
+    /// Lower-case hex SHA-256 of its bytes.
+    pub sha256: String,
 }
 
 /// A checkpoint as it travels between hosts through the master.
@@ -119,6 +167,13 @@ pub enum Checkpoint {
     },
     /// An opaque reference the trainer manages itself.
     External(String),
+    /// A file the trainer wrote, uploaded by the host to the cluster's
+    /// artifact store; the next attempt's host fetches it and checks its
+    /// SHA-256 before placing it at `name` in the new workspace.
+    Stored {
+        name: String,
+        object: Box<StoredObject>,
+    },
 }
 
 /// Run one attempt of a task.
@@ -174,6 +229,10 @@ pub struct ProgressUpdate {
     /// first, so a curve misses none (at most [`MAX_PROGRESS_BATCH`] - 1).
     #[serde(default)]
     pub earlier: Vec<Progress>,
+    /// `progress` is the newest event already sent, restated only to carry
+    /// a checkpoint stored since: no new point of the curve.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restated: bool,
 }
 
 /// Most lines one [`LogBatch`] carries.

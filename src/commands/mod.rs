@@ -10,6 +10,7 @@
 //! live event stream (for `watch` and `submit --wait`).
 
 pub mod adapter;
+pub mod artifacts;
 pub mod cancel;
 pub mod config;
 pub mod follow;

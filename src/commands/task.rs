@@ -207,6 +207,7 @@ mod tests {
             kind: "file".into(),
             name: "checkpoint.json".into(),
             bytes: 1536,
+            sha256: None,
             attempt: 1,
         });
         t.result = Some(ResultView {

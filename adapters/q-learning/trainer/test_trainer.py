@@ -136,6 +136,7 @@ class TrainerTest(unittest.TestCase):
         self.assertEqual(result_line(lines), {"type": "result", **result})
         policy = work.read_json("policy.json")
         self.assertEqual(len(policy["q"]), policy["rows"] * policy["cols"])
+        self.assertEqual(work.read_json("outputs/policy.json"), policy, "the output the user keeps")
 
     def test_invalid_config_exits_2(self):
         for params in ({"learning_rate": 7}, {"episodes": "many"}, {"bogus": 1},

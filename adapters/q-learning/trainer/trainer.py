@@ -20,7 +20,9 @@ Protocol on stdout, one JSON object per line, flushed at once:
 
 Files left in the working directory: `checkpoint.json` (every
 `checkpoint_every` episodes, replaced atomically), and at the end
-`result.json` (the metrics) and `policy.json` (the final Q-table).
+`result.json` (the metrics) and `policy.json` (the final Q-table), a copy of
+which goes to `outputs/policy.json`: the host keeps what a trainer leaves
+under `outputs/` in the artifact store, for the user to download.
 
 Determinism: every random draw comes from one `random.Random(seed)`, and a
 checkpoint holds that generator's state together with the Q-table, epsilon and
@@ -48,6 +50,7 @@ EXIT_INVALID_CONFIG = 2
 CHECKPOINT_FILE = "checkpoint.json"
 RESULT_FILE = "result.json"
 POLICY_FILE = "policy.json"
+OUTPUTS_DIR = "outputs"
 CHECKPOINT_FORMAT = 1
 
 # --- the grid world ----------------------------------------------------------
@@ -364,6 +367,8 @@ def main(argv, observer=None):
 
     metrics = run.metrics(resumed_from)
     write_json_atomically(POLICY_FILE, run.policy_json())
+    os.makedirs(OUTPUTS_DIR, exist_ok=True)
+    write_json_atomically(os.path.join(OUTPUTS_DIR, POLICY_FILE), run.policy_json())
     write_json_atomically(RESULT_FILE, metrics)
     emit({"type": "result", **metrics})
     observer.finished(run.episode)

@@ -12,8 +12,14 @@
 //!    renewed lease deadline to the supervisor; stop the trainer on cancel,
 //!    on a stop order, on a lost lease or past its time limit.
 //! 4. Ask the adapter for the result, unless the host itself ended the run.
+//!
+//! With an artifact store ([`crate::artifacts`]) the checkpoint of step 1 is
+//! fetched from it and checked, the checkpoints of step 3 are stored while
+//! the trainer runs, and the final checkpoint and outputs after step 4
+//! ([`super::keep`]); without one (a local run) checkpoints travel inline.
 
 use super::blame::{self, Failure};
+use super::keep::{self, CheckpointUploads};
 use super::throttle::Throttle;
 use super::{Adapter, Control, HostEnv};
 use crate::agent::AttemptEvent;
@@ -80,6 +86,7 @@ impl Body<'_> {
             logs: self.logs,
             trainer: None,
             last_progress: None,
+            uploads: None,
         };
         let (outcome, workspace) = run
             .execute(self.adapter, self.dispatch, control, lease)
@@ -186,6 +193,8 @@ struct Run<'a> {
     trainer: Option<TrainerExit>,
     /// The newest progress event, which the report carries.
     last_progress: Option<Progress>,
+    /// The checkpoints being stored, when there is an artifact store.
+    uploads: Option<CheckpointUploads>,
 }
 
 impl Run<'_> {
@@ -217,6 +226,12 @@ impl Run<'_> {
             Some(Checkpoint::External(reference)) => {
                 Some(CheckpointRef::External(reference.clone()))
             }
+            Some(Checkpoint::Stored { name, object }) => {
+                match self.place_stored(&workspace, name, object).await {
+                    Ok(placed) => placed,
+                    Err(outcome) => return (outcome, Some(workspace)),
+                }
+            }
             Some(Checkpoint::File { name, data }) => {
                 let placed = plan::check_relative_path(name)
                     .map_err(|e| e.to_string())
@@ -230,10 +245,48 @@ impl Run<'_> {
                 }
             }
         };
+        if let Some(shipper) = self.env.artifacts.as_ref().filter(|s| s.has_store()) {
+            self.uploads = Some(CheckpointUploads::start(shipper.clone(), self.attempt));
+        }
         let outcome = self
             .prepare_and_run(adapter, dispatch, checkpoint, &workspace, control, lease)
             .await;
         (outcome, Some(workspace))
+    }
+
+    /// Places the stored checkpoint of an earlier attempt, fetched and
+    /// checked. A copy that does not match its checksum is not handed on:
+    /// the attempt starts without it. One that cannot be fetched fails the
+    /// attempt (retryable): starting over would lose the work it holds.
+    async fn place_stored(
+        &self,
+        workspace: &Workspace,
+        name: &str,
+        object: &trainyard_proto::messages::StoredObject,
+    ) -> Result<Option<CheckpointRef>, Outcome> {
+        let attempt = self.attempt;
+        if let Err(e) = plan::check_relative_path(name) {
+            tracing::warn!(%attempt, error = %e, "cannot place the previous checkpoint; starting without it");
+            return Ok(None);
+        }
+        let Some(shipper) = &self.env.artifacts else {
+            tracing::warn!(%attempt, "no artifact store to fetch the previous checkpoint from; starting without it");
+            return Ok(None);
+        };
+        match shipper.fetch(attempt, workspace, name, object).await {
+            Ok(()) => {
+                tracing::info!(%attempt, checkpoint = %name, size = object.size, "checkpoint placed");
+                Ok(Some(CheckpointRef::WorkspaceFile(name.to_string())))
+            }
+            Err(e @ crate::artifacts::ShipError::Corrupt { .. }) => {
+                tracing::warn!(%attempt, error = %e, "the previous checkpoint is not handed on; starting without it");
+                Ok(None)
+            }
+            Err(e) => Err(failed(
+                format!("cannot fetch the previous checkpoint {name}: {e}"),
+                true,
+            )),
+        }
     }
 
     async fn prepare_and_run(
@@ -434,6 +487,12 @@ impl Run<'_> {
                 _ = sleep_until_opt(flush_at), if flush_at.is_some() => {
                     self.flush_progress().await;
                 }
+                uploaded = next_upload(&mut self.uploads) => {
+                    let stored = self.uploads.as_mut().and_then(|u| u.settle(self.attempt, uploaded));
+                    if let Some(checkpoint) = stored {
+                        self.report_stored(checkpoint).await;
+                    }
+                }
             }
         };
         // Lines still buffered when the trainer ended.
@@ -444,6 +503,17 @@ impl Run<'_> {
                 }
             }
             self.logs.push(LogStream::Stdout, line);
+        }
+        if ended.is_none() {
+            if let Some(mut uploads) = self.uploads.take() {
+                for checkpoint in uploads.finish(self.attempt).await {
+                    self.report_stored(checkpoint).await;
+                }
+                self.uploads = Some(uploads);
+            }
+        } else {
+            // Whatever the host ended stores nothing more.
+            self.uploads = None;
         }
         self.flush_progress().await;
         self.trainer = Some(exit.clone());
@@ -591,12 +661,76 @@ impl Run<'_> {
         {
             Err(fault) => failed(fault.to_string(), false),
             Ok(Err(failure)) => failed(failure.message, failure.retryable),
-            Ok(Ok(success)) => Outcome::Completed {
-                checkpoint: success.checkpoint.and_then(|c| self.capture(c, workspace)),
-                metrics: success.metrics,
-                summary: success.summary,
+            Ok(Ok(success)) => match self.keep(success.checkpoint.clone(), workspace).await {
+                Ok(checkpoint) => Outcome::Completed {
+                    checkpoint,
+                    metrics: success.metrics,
+                    summary: success.summary,
+                },
+                // The trainer's result is not held hostage by a store that
+                // cannot be reached (the master down): it is reported, with
+                // a final checkpoint inline if small enough, and says what
+                // was not kept.
+                Err(e) if e.store_unreachable() => {
+                    tracing::warn!(attempt = %self.attempt, error = %e, "artifacts not stored: the store cannot be reached");
+                    let note = format!("artifacts not stored: {e}");
+                    Outcome::Completed {
+                        checkpoint: success.checkpoint.and_then(|c| self.capture(c, workspace)),
+                        metrics: success.metrics,
+                        summary: Some(match success.summary {
+                            Some(summary) => format!("{summary} ({note})"),
+                            None => note,
+                        }),
+                    }
+                }
+                Err(e) => failed(
+                    format!("the trainer succeeded but its artifacts were not all stored: {e}"),
+                    e.retryable(),
+                ),
             },
         }
+    }
+
+    /// Stores a successful attempt's final checkpoint and outputs (with an
+    /// artifact store; inline otherwise), or says why not. A checkpoint
+    /// announced earlier that could not be stored fails it too.
+    async fn keep(
+        &mut self,
+        checkpoint: Option<CheckpointRef>,
+        workspace: &Workspace,
+    ) -> Result<Option<Checkpoint>, crate::artifacts::ShipError> {
+        let Some(shipper) = self.env.artifacts.as_ref().filter(|s| s.has_store()) else {
+            return Ok(checkpoint.and_then(|c| self.capture(c, workspace)));
+        };
+        match self.uploads.as_mut().and_then(|u| u.failure.take()) {
+            // Only what could not be reached; the final state goes next.
+            Some(failure) if failure.store_unreachable() => {}
+            Some(failure) => return Err(failure),
+            None => {}
+        }
+        let checkpoint = match checkpoint {
+            None => None,
+            Some(CheckpointRef::External(reference)) => Some(Checkpoint::External(reference)),
+            Some(CheckpointRef::WorkspaceFile(name)) => Some(
+                keep::final_checkpoint(
+                    shipper,
+                    self.uploads.as_ref(),
+                    self.attempt,
+                    workspace,
+                    &name,
+                )
+                .await?,
+            ),
+        };
+        keep::outputs(shipper, self.attempt, workspace).await?;
+        Ok(checkpoint)
+    }
+
+    /// Reports a checkpoint stored after the progress that announced it.
+    async fn report_stored(&mut self, checkpoint: Checkpoint) {
+        self.progress
+            .attach(self.attempt, checkpoint, self.last_progress.clone());
+        self.flush_progress().await;
     }
 
     /// Reads a checkpoint the adapter pointed at, within the size limit.
@@ -639,7 +773,14 @@ impl Run<'_> {
     }
 
     async fn on_progress(&mut self, event: OutputEvent, workspace: &Workspace) {
-        let checkpoint = event.checkpoint.and_then(|c| self.capture(c, workspace));
+        let checkpoint = match (event.checkpoint, &mut self.uploads) {
+            // Stored in the background; reported once it is.
+            (Some(CheckpointRef::WorkspaceFile(name)), Some(uploads)) => {
+                uploads.offer(self.attempt, workspace, &name);
+                None
+            }
+            (checkpoint, _) => checkpoint.and_then(|c| self.capture(c, workspace)),
+        };
         let urgent = checkpoint.is_some();
         self.last_progress = Some(event.progress.clone());
         self.progress.offer(ProgressUpdate {
@@ -647,6 +788,7 @@ impl Run<'_> {
             progress: event.progress,
             checkpoint,
             earlier: vec![],
+            restated: false,
         });
         if urgent || self.progress.due() {
             self.flush_progress().await;
@@ -657,6 +799,14 @@ impl Run<'_> {
         if let Some(update) = self.progress.take() {
             let _ = self.events.send(AttemptEvent::Progress(update)).await;
         }
+    }
+}
+
+/// The next finished checkpoint upload; never, without uploads.
+async fn next_upload(uploads: &mut Option<CheckpointUploads>) -> keep::Uploaded {
+    match uploads {
+        Some(uploads) => uploads.next().await,
+        None => std::future::pending().await,
     }
 }
 

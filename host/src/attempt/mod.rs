@@ -12,10 +12,13 @@
 //! [`blame`] tells the host's failures from the task's (with [`baseline`]
 //! for a memory kill); [`throttle`] keeps progress updates to one per
 //! interval.
+//! [`throttle`] keeps progress updates to one per interval; [`keep`] stores
+//! the checkpoints and outputs an attempt leaves.
 
 pub mod baseline;
 pub mod blame;
 pub mod body;
+mod keep;
 mod throttle;
 
 pub use body::{outcome_name, Body, Ending};
@@ -73,6 +76,9 @@ pub struct HostEnv {
     /// Sandboxes prepared ahead of trainers; `None`: every trainer is
     /// confined at its launch.
     pub sandboxes: Option<Arc<crate::process::SandboxPool>>,
+    /// The artifact store, as the master names it; `None` where there is
+    /// no master (a local run): checkpoints then travel inline.
+    pub artifacts: Option<crate::artifacts::Shipper>,
 }
 
 /// An adapter with the programs it may launch.

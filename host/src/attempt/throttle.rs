@@ -4,7 +4,8 @@
 //! interval.
 
 use std::time::Duration;
-use trainyard_proto::messages::{ProgressUpdate, MAX_PROGRESS_BATCH};
+use trainyard_proto::messages::{Checkpoint, Progress, ProgressUpdate, MAX_PROGRESS_BATCH};
+use trainyard_proto::AttemptRef;
 
 /// Holds back progress updates so an attempt sends at most one per
 /// interval (or one per [`MAX_PROGRESS_BATCH`] events), carrying every event
@@ -27,7 +28,9 @@ impl Throttle {
     pub fn offer(&mut self, mut update: ProgressUpdate) {
         if let Some(old) = self.pending.take() {
             let mut earlier = old.earlier;
-            earlier.push(old.progress);
+            if !old.restated {
+                earlier.push(old.progress);
+            }
             earlier.append(&mut update.earlier);
             update.earlier = earlier;
             if update.checkpoint.is_none() {
@@ -55,6 +58,29 @@ impl Throttle {
         )
     }
 
+    /// Hands on a checkpoint that was stored after the progress that
+    /// announced it went out: with the held update, or else with `newest`
+    /// (the attempt's newest event) again, as an update of its own.
+    pub fn attach(
+        &mut self,
+        attempt: AttemptRef,
+        checkpoint: Checkpoint,
+        newest: Option<Progress>,
+    ) {
+        match &mut self.pending {
+            Some(held) => held.checkpoint = Some(checkpoint),
+            None => {
+                self.pending = Some(ProgressUpdate {
+                    attempt,
+                    progress: newest.unwrap_or_default(),
+                    checkpoint: Some(checkpoint),
+                    earlier: vec![],
+                    restated: true,
+                })
+            }
+        }
+    }
+
     pub fn take(&mut self) -> Option<ProgressUpdate> {
         let update = self.pending.take()?;
         self.last_sent = Some(tokio::time::Instant::now());
@@ -65,8 +91,6 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trainyard_proto::messages::{Checkpoint, Progress};
-    use trainyard_proto::AttemptRef;
 
     fn update(episode: u64, checkpoint: bool) -> ProgressUpdate {
         ProgressUpdate {
@@ -77,6 +101,7 @@ mod tests {
             },
             checkpoint: checkpoint.then(|| Checkpoint::External(format!("ckpt-{episode}"))),
             earlier: vec![],
+            restated: false,
         }
     }
 
@@ -96,6 +121,32 @@ mod tests {
         assert_eq!(earlier, [Some(2), Some(3)], "none dropped, oldest first");
         assert_eq!(held.checkpoint, Some(Checkpoint::External("ckpt-2".into())));
         assert!(t.take().is_none());
+    }
+
+    #[test]
+    fn a_checkpoint_stored_later_goes_with_the_held_update_or_the_newest_event_again() {
+        let mut t = Throttle::new(Duration::from_secs(60));
+        let stored = |n: u64| Checkpoint::External(format!("stored-{n}"));
+        t.offer(update(5, false));
+        t.attach(AttemptRef::new(1, 1), stored(1), None);
+        let held = t.take().unwrap();
+        assert_eq!(held.progress.episode, Some(5));
+        assert_eq!(held.checkpoint, Some(stored(1)));
+        let newest = update(5, false).progress;
+        t.attach(AttemptRef::new(1, 1), stored(2), Some(newest.clone()));
+        let again = t.take().unwrap();
+        assert_eq!(again.progress, newest);
+        assert!(again.restated, "not a new point of the curve");
+        assert!(again.earlier.is_empty());
+        assert_eq!(again.checkpoint, Some(stored(2)));
+        // Held, then overtaken by new events: the restated one is not
+        // counted again, the checkpoint stays.
+        t.attach(AttemptRef::new(1, 1), stored(3), Some(newest));
+        t.offer(update(6, false));
+        let next = t.take().unwrap();
+        assert_eq!(next.progress.episode, Some(6));
+        assert!(!next.restated && next.earlier.is_empty());
+        assert_eq!(next.checkpoint, Some(stored(3)));
     }
 
     #[test]

@@ -201,6 +201,18 @@ impl Workspace {
     /// Writes a file given by a relative path, creating parent directories.
     /// Never follows a symlink out of the workspace, never writes outside it.
     pub fn write_file(&self, relative: &str, contents: &[u8]) -> Result<(), WorkspaceError> {
+        let mut file = self.create_file(relative)?;
+        file.write_all(contents)
+            .map_err(|source| WorkspaceError::Write {
+                path: relative.to_string(),
+                source,
+            })
+    }
+
+    /// Creates (or truncates) a regular file given by a relative path,
+    /// creating parent directories, for the caller to write. Never follows
+    /// a symlink out of the workspace, never opens anything outside it.
+    pub fn create_file(&self, relative: &str) -> Result<fs::File, WorkspaceError> {
         let path = checked_relative(relative)?;
         let write_error = |source: io::Error| {
             if leads_out(&source) {
@@ -238,14 +250,54 @@ impl Workspace {
             .create(true)
             .truncate(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
-        let mut file = self.dir.open_with(path, &options).map_err(write_error)?;
-        file.write_all(contents).map_err(write_error)
+        let file = self.dir.open_with(path, &options).map_err(write_error)?;
+        Ok(file.into_std())
+    }
+
+    /// Removes a file given by a relative path (a half-written one).
+    pub fn remove_file(&self, relative: &str) -> Result<(), WorkspaceError> {
+        let path = checked_relative(relative)?;
+        self.dir
+            .remove_file(path)
+            .map_err(|source| WorkspaceError::Write {
+                path: relative.to_string(),
+                source,
+            })
     }
 
     /// Reads a regular file given by a relative path, refusing symlinks that
     /// lead outside the workspace, anything that is not a regular file, and
     /// files over `limit` bytes (without reading them whole).
     pub fn read_file(&self, relative: &str, limit: u64) -> Result<Vec<u8>, WorkspaceError> {
+        let (file, size) = self.open_regular(relative)?;
+        let too_large = |size| WorkspaceError::TooLarge {
+            path: relative.to_string(),
+            size,
+            limit,
+        };
+        if size > limit {
+            return Err(too_large(size));
+        }
+        // The file may still grow while it is read: read one byte past the
+        // limit at most, to notice.
+        let mut contents = Vec::with_capacity(size as usize);
+        file.take(limit.saturating_add(1))
+            .read_to_end(&mut contents)
+            .map_err(|source| WorkspaceError::Read {
+                path: relative.to_string(),
+                source,
+            })?;
+        if contents.len() as u64 > limit {
+            return Err(too_large(contents.len() as u64));
+        }
+        Ok(contents)
+    }
+
+    /// Opens a regular file given by a relative path for reading, with its
+    /// size, refusing symlinks that lead outside the workspace and anything
+    /// that is not a regular file. The handle reads the file it opened,
+    /// whatever is renamed over its path since.
+    pub fn open_regular(&self, relative: &str) -> Result<(fs::File, u64), WorkspaceError> {
         let path = checked_relative(relative)?;
         let read_error = |source: io::Error| {
             if leads_out(&source) {
@@ -276,24 +328,45 @@ impl Workspace {
                 kind: file_kind(metadata.file_type()),
             });
         }
-        let too_large = |size| WorkspaceError::TooLarge {
+        Ok((file.into_std(), metadata.len()))
+    }
+
+    /// The regular files under the directory `relative` (recursively), as
+    /// paths relative to the workspace, sorted. Symbolic links are left
+    /// out, never followed; so is a directory that is a link. No directory
+    /// at all: none.
+    pub fn files_under(&self, relative: &str) -> Result<Vec<String>, WorkspaceError> {
+        let path = checked_relative(relative)?;
+        let read_error = |source: io::Error| WorkspaceError::Read {
             path: relative.to_string(),
-            size,
-            limit,
+            source,
         };
-        if metadata.len() > limit {
-            return Err(too_large(metadata.len()));
+        match self.dir.symlink_metadata(path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Ok(vec![]),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(read_error(e)),
         }
-        // The file may still grow while it is read: read one byte past the
-        // limit at most, to notice.
-        let mut contents = Vec::with_capacity(metadata.len() as usize);
-        file.take(limit.saturating_add(1))
-            .read_to_end(&mut contents)
-            .map_err(read_error)?;
-        if contents.len() as u64 > limit {
-            return Err(too_large(contents.len() as u64));
+        let mut found = vec![];
+        let mut pending = vec![relative.trim_end_matches('/').to_string()];
+        while let Some(dir) = pending.pop() {
+            let entries = self.dir.read_dir(&dir).map_err(read_error)?;
+            for entry in entries {
+                let entry = entry.map_err(read_error)?;
+                let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                let kind = entry.file_type().map_err(read_error)?;
+                let child = format!("{dir}/{name}");
+                if kind.is_dir() {
+                    pending.push(child);
+                } else if kind.is_file() {
+                    found.push(child);
+                }
+            }
         }
-        Ok(contents)
+        found.sort();
+        Ok(found)
     }
 
     /// Deletes the workspace and everything in it, without following

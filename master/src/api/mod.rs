@@ -11,6 +11,9 @@
 //! | GET | `/v1/tasks/{id}` | one task with attempts, progress and result, and why it waits |
 //! | GET | `/v1/tasks/{id}/progress?after=&limit=` | its stored progress history, oldest first |
 //! | GET | `/v1/tasks/{id}/logs?attempt=&tail=&after=&follow=` | its captured trainer and adapter lines, oldest first; `follow=true` streams them (server-sent events) until the task ends |
+//! | GET | `/v1/tasks/{id}/artifacts` | its checkpoints and outputs ([`artifacts`]) |
+//! | GET | `/v1/tasks/{id}/artifacts/{artifact}` | one artifact's bytes, streamed (`Range` honoured) |
+//! | PUT, POST | `/v1/tasks/{id}/attempts/{attempt}/artifacts...` | hosts' uploads (signed with the cluster secret) |
 //! | POST | `/v1/tasks/{id}/cancel` | cancel (token) |
 //! | POST | `/v1/sweeps` | create a sweep from its spec, with its trials (token) |
 //! | GET | `/v1/sweeps?limit=&before=` | list sweeps, newest first |
@@ -26,6 +29,7 @@
 //! | GET | `/` | the web dashboard ([`crate::dashboard`]); its files under `/assets/` |
 
 mod activity;
+pub mod artifacts;
 mod auth;
 mod error;
 mod events;
@@ -69,6 +73,8 @@ pub struct AppState {
     pub redis_probe: Arc<RedisLink>,
     /// How often the scheduler finishes a turn at the least (liveness).
     pub sweep_interval: Duration,
+    /// The artifact store, when the master keeps one.
+    pub artifacts: Option<Arc<crate::artifacts::Artifacts>>,
 }
 
 impl axum::extract::FromRef<AppState> for Store {
@@ -125,6 +131,16 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}", get(tasks::show))
         .route("/v1/tasks/{id}/progress", get(progress::history))
         .route("/v1/tasks/{id}/logs", get(logs::read))
+        .route("/v1/tasks/{id}/artifacts", get(artifacts::list))
+        .route("/v1/tasks/{id}/artifacts/{artifact}", get(artifacts::download))
+        .route(
+            "/v1/tasks/{id}/attempts/{attempt}/artifacts/{kind}/{*name}",
+            axum::routing::put(artifacts::upload).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/v1/tasks/{id}/attempts/{attempt}/artifacts",
+            post(artifacts::register),
+        )
         .route("/v1/sweeps", get(sweeps::list))
         .route("/v1/sweeps/{id}", get(sweeps::show))
         .route("/v1/hosts", get(hosts::list))

@@ -44,7 +44,9 @@ impl Scheduler {
         // row keeps the newest.
         let skip = update.earlier.len().saturating_sub(MAX_PROGRESS_BATCH - 1);
         let earlier = update.earlier.iter().skip(skip);
-        for p in earlier.chain(std::iter::once(&update.progress)) {
+        // A restated event was heard already: not a point again.
+        let newest = (!update.restated).then_some(&update.progress);
+        for p in earlier.chain(newest) {
             let shown = ProgressView::from_progress(attempt, p, now);
             cycle.points.push(history::point(task, &shown));
             cycle.events.push(TaskEvent {
@@ -75,6 +77,7 @@ impl Scheduler {
                 progress,
                 checkpoint: None,
                 earlier: vec![],
+                restated: false,
             };
             self.progress(&report.host, update, cycle);
         }

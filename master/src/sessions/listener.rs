@@ -24,6 +24,8 @@ pub struct ListenerConfig {
     pub max_connections: usize,
     /// Where the hosts' log batches go, past the scheduler.
     pub logs: crate::logs::LogFeed,
+    /// Where hosts put what attempts leave, told in the welcome.
+    pub artifacts: Option<trainyard_proto::messages::ArtifactTarget>,
 }
 
 /// Accepts host connections until `shutdown` resolves.

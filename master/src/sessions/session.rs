@@ -286,7 +286,10 @@ async fn handshake(
     admit(scheduler, hello, session, peer.addr, outbox, &config.timers).await?;
     *admitted = Some(host);
     frames
-        .send(MasterMessage::Welcome(Welcome { proof }))
+        .send(MasterMessage::Welcome(Welcome {
+            proof,
+            artifacts: config.artifacts.clone(),
+        }))
         .await
         .map_err(|e| HandshakeRefusal::Invalid(format!("cannot send welcome: {e}")))
 }

@@ -410,7 +410,7 @@ impl Writer<'_> {
                     Param::int(attempt.attempt),
                     Param::owned_text(json::progress(progress)?),
                 ];
-                row.extend(checkpoint_params(checkpoint.as_ref()));
+                row.extend(checkpoint_params(checkpoint.as_ref())?);
                 row.extend(live());
                 rows.push(row);
             }
@@ -490,7 +490,7 @@ fn finish_rows<'w>(
         Param::Text(result.map(Cow::Owned)),
         Param::opt_text(task_error),
     ];
-    task.extend(checkpoint_params(checkpoint));
+    task.extend(checkpoint_params(checkpoint)?);
     let counted = i64::from(crate::recovery::uses_an_attempt(*outcome));
     task.extend([Param::int(started), slot.clone(), Param::int(counted)]);
     task.extend(live());
@@ -514,31 +514,38 @@ fn assignment_param(assignment: Option<&Assignment>) -> Result<Param<'static>> {
     Ok(Param::Text(json.map(Cow::Owned)))
 }
 
-/// The five checkpoint columns of a row: whether it brings one, then the
-/// checkpoint's attempt, kind, name and bytes.
-fn checkpoint_params(checkpoint: Option<&StoredCheckpoint>) -> [Param<'_>; 5] {
-    match checkpoint {
-        None => [
+/// The six checkpoint columns of a row: whether it brings one, then the
+/// checkpoint's attempt, kind, name, bytes (kept inline) and object (in
+/// the artifact store, as JSON).
+fn checkpoint_params(checkpoint: Option<&StoredCheckpoint>) -> Result<[Param<'_>; 6]> {
+    let Some(c) = checkpoint else {
+        return Ok([
             Param::int(0),
             Param::Int(None),
             Param::Text(None),
             Param::Text(None),
             Param::Blob(None),
-        ],
-        Some(c) => {
-            let (kind, name, data) = match &c.checkpoint {
-                Checkpoint::File { name, data } => {
-                    ("file", name, Some(Cow::Borrowed(data.as_slice())))
-                }
-                Checkpoint::External(reference) => ("external", reference, None),
-            };
-            [
-                Param::int(1),
-                Param::int(c.attempt),
-                Param::text(kind),
-                Param::text(name),
-                Param::Blob(data),
-            ]
+            Param::Text(None),
+        ]);
+    };
+    let (kind, name, data, object) = match &c.checkpoint {
+        Checkpoint::File { name, data } => {
+            ("file", name, Some(Cow::Borrowed(data.as_slice())), None)
         }
-    }
+        Checkpoint::External(reference) => ("external", reference, None, None),
+        Checkpoint::Stored { name, object } => (
+            "file",
+            name,
+            None,
+            Some(Cow::Owned(json::stored_object(object)?)),
+        ),
+    };
+    Ok([
+        Param::int(1),
+        Param::int(c.attempt),
+        Param::text(kind),
+        Param::text(name),
+        Param::Blob(data),
+        Param::Text(object),
+    ])
 }

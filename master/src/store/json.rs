@@ -10,7 +10,7 @@ use super::{Result, StoreError};
 use crate::model::{Metrics, ProgressView, ResultView};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use trainyard_proto::messages::AdapterInfo;
+use trainyard_proto::messages::{AdapterInfo, StoredObject};
 use trainyard_proto::resources::{Assignment, HostCapacity, ResourceRequest};
 
 fn finite(metrics: &Metrics) -> Metrics {
@@ -44,6 +44,10 @@ pub(super) fn result(r: &ResultView) -> Result<String> {
 
 pub(super) fn metrics(m: &Metrics) -> Result<String> {
     encode("metrics", &finite(m))
+}
+
+pub(super) fn stored_object(o: &StoredObject) -> Result<String> {
+    encode("checkpoint object", o)
 }
 
 pub(super) fn adapters(a: &[AdapterInfo]) -> Result<String> {

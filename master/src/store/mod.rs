@@ -22,9 +22,11 @@
 //! - `sweeps`: sweeps with their trials, and early stopping's records.
 //! - `activity`: attempts ended per minute, for the dashboard.
 //! - `points`, `logs`: the progress history and the captured log lines.
+//! - `artifacts`: the objects hosts stored, recorded once complete.
 
 mod activity;
 mod apply;
+mod artifacts;
 mod batch;
 mod connect;
 mod json;
@@ -44,6 +46,7 @@ mod tests;
 
 pub use activity::EndedAttempts;
 pub use apply::Executed;
+pub use artifacts::{Artifact, NewArtifact};
 pub use batch::{Batch, BatchResult, Next, Write};
 pub use connect::backend_of;
 /// A database or Redis URL with its password replaced by `***`.

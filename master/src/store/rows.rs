@@ -15,7 +15,7 @@ use crate::search::{SweepRecord, TrialRow};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use trainyard_proto::adapter_version::VersionPin;
-use trainyard_proto::messages::Checkpoint;
+use trainyard_proto::messages::{Checkpoint, StoredObject};
 use trainyard_proto::TaskId;
 
 /// The columns [`task`] reads. The checkpoint's size is computed by the
@@ -23,7 +23,7 @@ use trainyard_proto::TaskId;
 pub(super) const TASK_COLUMNS: &str = "id, name, adapter, adapter_version, kind, params, priority, status, attempt, runs, \
      max_attempts, timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
      checkpoint_attempt, checkpoint_kind, checkpoint_name, LENGTH(checkpoint_data) AS checkpoint_bytes, \
-     result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
+     checkpoint_object, result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
 
 pub(super) const ATTEMPT_COLUMNS: &str =
     "attempt, host_id, adapter_version, slot, dispatched_at_ms, started_at_ms, finished_at_ms, outcome, error, metrics, assignment";
@@ -35,7 +35,7 @@ pub(super) const LIVE_COLUMNS: &str =
     "id, adapter, adapter_version, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts, progress";
 
 pub(super) const PAYLOAD_COLUMNS: &str =
-    "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data";
+    "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data, checkpoint_object";
 
 pub(super) const HOST_COLUMNS: &str =
     "id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity, drained_at_ms, \
@@ -173,12 +173,19 @@ impl<'r> Cells<'r> {
 pub(super) fn task(row: &AnyRow) -> Result<Task> {
     let (c, id) = Cells::task(row)?;
     let checkpoint = match c.checkpoint_kind()? {
-        Some((kind, name, attempt)) => Some(CheckpointView {
-            bytes: c.opt_u64("checkpoint_bytes")?.unwrap_or(0),
-            kind,
-            name,
-            attempt,
-        }),
+        Some((kind, name, attempt)) => {
+            let object: Option<StoredObject> = c.json("checkpoint_object")?;
+            Some(CheckpointView {
+                bytes: match &object {
+                    Some(o) => o.size,
+                    None => c.opt_u64("checkpoint_bytes")?.unwrap_or(0),
+                },
+                sha256: object.map(|o| o.sha256),
+                kind,
+                name,
+                attempt,
+            })
+        }
         None => None,
     };
     let params_text = c.text("params")?;
@@ -281,7 +288,12 @@ pub(super) fn dispatch_payload(row: &AnyRow) -> Result<DispatchPayload> {
     let checkpoint = match c.checkpoint_kind()? {
         Some((kind, name, attempt)) => Some(StoredCheckpoint {
             attempt,
-            checkpoint: if kind == "file" {
+            checkpoint: if let Some(object) = c.json::<StoredObject>("checkpoint_object")? {
+                Checkpoint::Stored {
+                    name,
+                    object: Box::new(object),
+                }
+            } else if kind == "file" {
                 Checkpoint::File {
                     name,
                     data: c

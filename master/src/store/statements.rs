@@ -105,8 +105,16 @@ const CHECKPOINT_SET: &str =
     "checkpoint_attempt = CASE WHEN v_ck = 1 THEN v_ck_attempt ELSE checkpoint_attempt END, \
      checkpoint_kind = CASE WHEN v_ck = 1 THEN v_ck_kind ELSE checkpoint_kind END, \
      checkpoint_name = CASE WHEN v_ck = 1 THEN v_ck_name ELSE checkpoint_name END, \
-     checkpoint_data = CASE WHEN v_ck = 1 THEN v_ck_data ELSE checkpoint_data END";
-const CHECKPOINT_COLS: [Col; 5] = [Col::Int, Col::Int, Col::Text, Col::Text, Col::Blob];
+     checkpoint_data = CASE WHEN v_ck = 1 THEN v_ck_data ELSE checkpoint_data END, \
+     checkpoint_object = CASE WHEN v_ck = 1 THEN v_ck_object ELSE checkpoint_object END";
+const CHECKPOINT_COLS: [Col; 6] = [
+    Col::Int,
+    Col::Int,
+    Col::Text,
+    Col::Text,
+    Col::Blob,
+    Col::Text,
+];
 
 /// DISPATCHED or RUNNING: the row's [`live`] columns.
 const LIVE: &str = "status IN (v_expect, v_expect_or)";
@@ -126,7 +134,7 @@ pub(super) fn live() -> [Param<'static>; 2] {
 
 pub(super) fn progress_tasks() -> String {
     format!(
-        "WITH v(v_id, v_attempt, v_progress, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, \
+        "WITH v(v_id, v_attempt, v_progress, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, v_ck_object, \
              v_expect, v_expect_or) AS (VALUES {{values}}) \
          UPDATE tasks SET progress = v_progress, {CHECKPOINT_SET}, updated_at_ms = {{now}} \
          FROM v WHERE id = v_id AND attempt = v_attempt AND {LIVE} \
@@ -158,7 +166,7 @@ pub(super) fn finish_tasks() -> String {
     // (`v_counted = 0`, the host's fault) takes back the run its start
     // counted.
     format!(
-        "WITH v(v_id, v_attempt, v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, \
+        "WITH v(v_id, v_attempt, v_status, v_result, v_error, v_ck, v_ck_attempt, v_ck_kind, v_ck_name, v_ck_data, v_ck_object, \
              v_started, v_slot, v_counted, v_expect, v_expect_or) AS (VALUES {{values}}) \
          UPDATE tasks SET status = v_status, result = COALESCE(v_result, result), \
              error = COALESCE(v_error, error), \

@@ -289,6 +289,9 @@ fn checkpoint_text(checkpoint: &Checkpoint) -> String {
             format!("{name} ({})", format::bytes(data.len() as u64))
         }
         Checkpoint::External(reference) => format!("external {reference}"),
+        Checkpoint::Stored { name, object } => {
+            format!("{name} ({}, stored)", format::bytes(object.size))
+        }
     }
 }
 
