@@ -647,10 +647,20 @@ time.sleep(600)
     let id = run_script(&c, script).await;
     let workspace = c.cluster.dir.join("work/host-1").join(format!("{id}-1"));
     let quota = 32u64 << 20;
-    // Whatever the moment, the workspace holds no more than its quota.
+    // Whatever the moment, the workspace holds no more than its quota —
+    // measured once its own filesystem is mounted on it (before that, the
+    // directory is on the work directory's filesystem).
+    let mounted = |dir: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        let parent = dir.parent().and_then(|p| std::fs::metadata(p).ok());
+        std::fs::metadata(dir).is_ok_and(|m| parent.is_some_and(|p| p.dev() != m.dev()))
+    };
     let until = Instant::now() + LONG;
     let done = loop {
-        if let Ok(fs) = nix::sys::statvfs::statvfs(&workspace) {
+        if let Some(fs) = mounted(&workspace)
+            .then(|| nix::sys::statvfs::statvfs(&workspace).ok())
+            .flatten()
+        {
             let used = (fs.blocks() - fs.blocks_free()) * fs.fragment_size();
             assert!(used <= quota, "{used} bytes in the workspace, over {quota}");
         }
