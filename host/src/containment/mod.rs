@@ -27,7 +27,9 @@
 //!
 //! [`plan`] decides, as plain data, what confines one attempt; [`probe`]
 //! finds out at start-up what this machine can enforce; the supervisor
-//! (`crate::process::supervisor`) carries it out.
+//! (`crate::process::supervisor`) carries it out. [`sandbox`] splits a
+//! confinement into what a sandbox prepared ahead of its attempt holds and
+//! what the attempt brings to it (`crate::process::pool`).
 
 pub mod cgroup;
 mod config;
