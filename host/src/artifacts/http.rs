@@ -169,6 +169,15 @@ async fn refused(name: &str, response: reqwest::Response) -> Result<reqwest::Res
     if status.is_success() {
         return Ok(response);
     }
+    if status.is_redirection() {
+        // A standby sends every request on to the leader; a streamed body
+        // cannot follow it. The host learns the leader's address when it
+        // reconnects: until then the store is out of reach, not refusing.
+        return Err(ShipError::Transport(format!(
+            "{name}: {} is not the leading master (it answered {status})",
+            response.url()
+        )));
+    }
     let body = response.text().await.unwrap_or_default();
     let message = serde_json::from_str::<serde_json::Value>(&body)
         .ok()

@@ -174,6 +174,9 @@ impl Shipper {
         let file = Arc::new(file);
         let mut tries = 1;
         loop {
+            // Read again at each try: a host that reconnected meanwhile (to
+            // a new leader) names its store anew.
+            let target = self.target()?;
             let result = self.upload_once(&target, attempt, kind, &file).await;
             match result {
                 Err(e) if e.transient() => match retry_delay(tries + 1) {
@@ -257,9 +260,9 @@ impl Shipper {
         name: &str,
         object: &StoredObject,
     ) -> Result<(), ShipError> {
-        let target = self.target()?;
         let mut tries = 1;
         loop {
+            let target = self.target()?;
             let result = self
                 .fetch_once(&target, attempt, workspace, name, object)
                 .await;
