@@ -12,6 +12,7 @@ use common::{verdict, Setup, TestCluster};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use trainyard_host::containment::Switch;
 use trainyard_master::model::{TaskDetail, TaskStatus};
 
 const LONG: Duration = Duration::from_secs(90);
@@ -1008,4 +1009,164 @@ async fn a_trainer_whose_grants_no_prepared_sandbox_has_is_confined_at_launch() 
         .await;
     c.wait_for_status(again, TaskStatus::Completed, LONG).await;
     assert_eq!(launches(metrics, "warm").await, 1.0);
+}
+
+/// Removes a directory when the test ends, however it ends.
+struct RemovedAtEnd(PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trainer_writes_to_a_tmp_and_dev_shm_of_its_own_cold_or_warm() {
+    // Work directories outside /tmp, as on a real host: the view then
+    // shows the workspace's `tmp` at /tmp and /dev/shm.
+    let mut c = TestCluster::prepare(Setup {
+        slots: 1,
+        ..setup()
+    })
+    .await;
+    c.start_master().await;
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("containment-work-{}", std::process::id()));
+    let _removed = RemovedAtEnd(work.clone());
+    let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", trainyard_testkit::free_port())
+        .parse()
+        .unwrap();
+    let config = c.config_variant("host-1.toml", |s| s.host.metrics_listen = Some(metrics));
+    let work_arg = work.display().to_string();
+    let host = c.spawn_with_config(
+        "host-1",
+        &config,
+        &["host", "--id", "host-1", "--work-dir", &work_arg],
+    );
+    c.hosts.push(host);
+    c.wait_for_hosts(1).await;
+    let script = r#"
+import json, os
+verdict = {}
+for place in ["/tmp", "/dev/shm"]:
+    try:
+        path = os.path.join(place, "scratch")
+        open(path, "w").write("x" * 4096)
+        verdict[place] = sorted(os.listdir(place))
+    except OSError as e:
+        verdict[place] = "refused: " + str(e)
+open("verdict.txt", "w").write(json.dumps(verdict))
+"#;
+    for path in ["cold_unprepared", "warm"] {
+        if path == "warm" {
+            wait_for_a_ready_sandbox(metrics).await;
+        }
+        let id = run_script(&c, script).await;
+        let v = verdict(&c.wait_for_status(id, TaskStatus::Completed, LONG).await);
+        assert_eq!(launches(metrics, path).await, 1.0, "launched {path}: {v}");
+        // One directory behind both: what is written at one is seen at
+        // the other, and nothing else of the machine's /tmp is.
+        assert_eq!(v["/tmp"], json!(["scratch"]), "{path}: {v}");
+        assert_eq!(v["/dev/shm"], json!(["scratch"]), "{path}: {v}");
+    }
+    assert!(
+        !Path::new("/tmp/scratch").exists() && !Path::new("/dev/shm/scratch").exists(),
+        "the trainer wrote to the machine's own /tmp or /dev/shm"
+    );
+}
+
+/// A filter refusing `denied` with `EPERM` (a call given with a first
+/// argument is refused only with that argument), as a container runtime's
+/// default profile refuses namespaces and mounts to a process without
+/// `CAP_SYS_ADMIN`.
+fn refusing(denied: &[(i64, Option<u64>)]) -> seccompiler::BpfProgram {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    let rules = denied
+        .iter()
+        .map(|&(call, argument)| {
+            let rules = argument
+                .map(|value| {
+                    let condition =
+                        SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::Eq, value)
+                            .expect("condition");
+                    vec![SeccompRule::new(vec![condition]).expect("rule")]
+                })
+                .unwrap_or_default();
+            (call, rules)
+        })
+        .collect();
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        std::env::consts::ARCH
+            .try_into()
+            .expect("a supported architecture"),
+    )
+    .and_then(|filter| filter.try_into())
+    .expect("filter")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_refuses_to_start_when_a_namespace_the_disk_quota_or_the_filter_cannot_be_made() {
+    let mut c = TestCluster::prepare(setup()).await;
+    // The master makes the cluster secret the hosts read first.
+    c.start_master().await;
+    let work = c.cluster.dir.join("refusing-host");
+    let cases: [(
+        &str,
+        Vec<(i64, Option<u64>)>,
+        fn(&mut trainyard::settings::Settings),
+    ); 4] = [
+        ("mount", vec![(libc::SYS_unshare, None)], |s| {
+            s.host.containment.network = Switch::Off;
+        }),
+        ("pid", vec![(libc::SYS_unshare, None)], |s| {
+            s.host.containment.network = Switch::Off;
+            s.host.containment.mount = Switch::Off;
+        }),
+        ("disk", vec![(libc::SYS_mount, None)], |s| {
+            s.host.containment.mount = Switch::Off;
+        }),
+        (
+            "seccomp",
+            vec![
+                (libc::SYS_seccomp, None),
+                (libc::SYS_prctl, Some(libc::PR_SET_SECCOMP as u64)),
+            ],
+            |_| {},
+        ),
+    ];
+    for (layer, denied, configure) in cases {
+        let config = c.config_variant(&format!("refusing-{layer}.toml"), configure);
+        let filter = refusing(&denied);
+        let mut host = tokio::process::Command::new(&c.cluster.bins.trainyard);
+        host.arg("--config")
+            .arg(&config)
+            .args(["host", "--id", "refusing", "--work-dir"])
+            .arg(&work)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec the child only installs a filter
+        // compiled before the fork (prctl and seccomp, no allocation).
+        unsafe {
+            host.pre_exec(move || {
+                seccompiler::apply_filter(&filter).map_err(std::io::Error::other)
+            });
+        }
+        let ended = tokio::time::timeout(LONG, host.output())
+            .await
+            .unwrap_or_else(|_| panic!("the host started without the {layer} layer"))
+            .expect("run the host");
+        let said = String::from_utf8_lossy(&ended.stderr);
+        assert!(!ended.status.success(), "{layer}: {said}");
+        assert!(
+            said.contains(&format!("containment layer `{layer}` cannot be enforced"))
+                && said.contains(&format!("host.containment.{layer} = \"off\"")),
+            "the refusal names the {layer} layer and the key that turns it off:\n{said}"
+        );
+    }
 }

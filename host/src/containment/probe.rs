@@ -216,6 +216,13 @@ impl Enforcement {
                 &adapter.sockets,
             )
         });
+        if view.is_some() {
+            // The view shows the workspace's `tmp` at `/tmp` and `/dev/shm`:
+            // a mount of its own, which Landlock's rule for the workspace
+            // does not reach (a rule applies beneath a directory, and a
+            // mount's root is not beneath the workspace in the view).
+            rules.read_write.push(view::private_tmp(workspace));
+        }
         Confinement {
             workspace: workspace.to_path_buf(),
             cgroup: self

@@ -12,7 +12,7 @@
 
 use super::config::Limits;
 use super::plan::{Confinement, Credentials, FsRules};
-use super::view::Access;
+use super::view::{self, Access};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -67,13 +67,27 @@ impl Admission {
         mounts.extend(self.gpu_files.iter().map(|f| (f.clone(), Access::Device)));
         mounts
     }
+
+    /// What Landlock lets the attempt write besides its sandbox's paths:
+    /// its mounts, and with a view the workspace's `tmp`, shown at `/tmp`
+    /// and `/dev/shm` (a mount root, not beneath the workspace there).
+    pub fn read_write(&self, view: bool) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = self.mounts().into_iter().map(|(p, _)| p).collect();
+        if view {
+            paths.push(view::private_tmp(&self.workspace));
+        }
+        paths
+    }
 }
 
 /// Splits an attempt's confinement into the plan of the sandbox it can use
 /// and what it brings to it.
 pub fn split(confinement: &Confinement) -> (SandboxPlan, Admission) {
+    let tmp = view::private_tmp(&confinement.workspace);
     let own = |path: &Path| {
-        path == confinement.workspace || confinement.gpu_files.iter().any(|g| g == path)
+        path == confinement.workspace
+            || path == tmp
+            || confinement.gpu_files.iter().any(|g| g == path)
     };
     let filesystem = confinement.filesystem.as_ref().map(|rules| FsRules {
         read_write: rules

@@ -79,9 +79,15 @@ pub fn plan(
     ViewPlan {
         root: root.to_path_buf(),
         paths,
-        tmp: workspace.join("tmp"),
+        tmp: private_tmp(workspace),
         workspace: workspace.to_path_buf(),
     }
+}
+
+/// The workspace's temporary directory, which a view shows at `/tmp` and
+/// `/dev/shm`.
+pub fn private_tmp(workspace: &Path) -> PathBuf {
+    workspace.join("tmp")
 }
 
 // The mount attributes of `mount_setattr(2)` (linux/mount.h).
@@ -282,7 +288,7 @@ impl SandboxViewPrepared {
         for mount in mounts {
             mount.place()?;
         }
-        let tmp = workspace.join("tmp");
+        let tmp = private_tmp(workspace);
         if tmp.is_dir() {
             let source = c_path(&tmp)?;
             for at in &self.tmp_at {

@@ -213,12 +213,14 @@ impl Scheduler {
     /// Stores what a host carries and offers. Bookkeeping only: the host is
     /// connected whether or not this lands.
     fn record_host(&self, record: HostRecord) {
-        let store = self.store.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.upsert_host(&record).await {
-                tracing::warn!(host = %record.id, error = %e, "could not record host");
-            }
-        });
+        let id = record.id.clone();
+        if self
+            .host_writer
+            .send(super::standing::HostWrite::Record(record))
+            .is_err()
+        {
+            tracing::warn!(host = %id, "the host writer is gone; the host is not recorded");
+        }
     }
 
     /// A connected host reloaded its adapters: routing, the catalog and

@@ -359,8 +359,8 @@ impl Epoch {
 
 pub struct Scheduler {
     state: State,
-    /// Stores hosts' standings (drain, quarantine) in order.
-    standing_writer: mpsc::UnboundedSender<standing::StandingWrite>,
+    /// Stores hosts' records and standings (drain, quarantine) in order.
+    host_writer: mpsc::UnboundedSender<standing::HostWrite>,
     store: Store,
     redis: Arc<RedisLink>,
     keys: Keys,
@@ -441,10 +441,10 @@ impl Scheduler {
         for name in &config.known_adapters {
             state.catalog.declare(name);
         }
-        let standing_writer = standing::spawn_writer(store.clone());
+        let host_writer = standing::spawn_writer(store.clone());
         let mut scheduler = Scheduler {
             state,
-            standing_writer,
+            host_writer,
             store,
             redis,
             keys,

@@ -1,7 +1,7 @@
 //! Drain and quarantine in the scheduler: an operator's drain, undrain and
 //! unquarantine, each attempt's ending counted towards its host's
-//! quarantine and probe, and the writer that stores each host's standing in
-//! order. The decisions are [`crate::standing`]'s.
+//! quarantine and probe, and the writer that stores each host's record and
+//! standing in order. The decisions are [`crate::standing`]'s.
 //!
 //! A standing is stored before an operator's change is answered, so a
 //! drain the API confirmed survives a master restart or failover. One the
@@ -45,25 +45,45 @@ pub enum StandingError {
 /// The answer to a change of standing: the host's standing once stored.
 pub type StandingReply = oneshot::Sender<Result<HostStanding, StandingError>>;
 
-/// A host's standing to store; `done` hears how it went.
-pub(super) struct StandingWrite {
-    host: String,
-    standing: HostStanding,
-    done: Option<oneshot::Sender<Result<bool, StoreError>>>,
+/// What the host writer stores: a host's record (when it says hello or
+/// reloads its adapters) or its standing. One writer keeps them in the
+/// order the scheduler decided them, so a drain right after a host's first
+/// hello never reaches the database before the host's row does.
+pub(super) enum HostWrite {
+    Record(crate::model::HostRecord),
+    /// `done` hears how it went.
+    Standing {
+        host: String,
+        standing: HostStanding,
+        done: Option<oneshot::Sender<Result<bool, StoreError>>>,
+    },
 }
 
-/// Starts the task that stores standings one after another, in the order
-/// the scheduler decided them.
-pub(super) fn spawn_writer(store: Store) -> mpsc::UnboundedSender<StandingWrite> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<StandingWrite>();
+/// Starts the task that stores host records and standings one after
+/// another, in the order the scheduler decided them.
+pub(super) fn spawn_writer(store: Store) -> mpsc::UnboundedSender<HostWrite> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<HostWrite>();
     tokio::spawn(async move {
         while let Some(write) = rx.recv().await {
-            let stored = store.set_standing(&write.host, &write.standing).await;
-            if let Err(e) = &stored {
-                tracing::warn!(host = %write.host, error = %e, "could not store the host's standing");
-            }
-            if let Some(done) = write.done {
-                let _ = done.send(stored);
+            match write {
+                HostWrite::Record(record) => {
+                    if let Err(e) = store.upsert_host(&record).await {
+                        tracing::warn!(host = %record.id, error = %e, "could not record host");
+                    }
+                }
+                HostWrite::Standing {
+                    host,
+                    standing,
+                    done,
+                } => {
+                    let stored = store.set_standing(&host, &standing).await;
+                    if let Err(e) = &stored {
+                        tracing::warn!(%host, error = %e, "could not store the host's standing");
+                    }
+                    if let Some(done) = done {
+                        let _ = done.send(stored);
+                    }
+                }
             }
         }
     });
@@ -138,12 +158,12 @@ impl Scheduler {
         done: Option<oneshot::Sender<Result<bool, StoreError>>>,
     ) -> HostStanding {
         let standing = self.state.standing.get(host).cloned().unwrap_or_default();
-        let write = StandingWrite {
+        let write = HostWrite::Standing {
             host: host.to_string(),
             standing: standing.clone(),
             done,
         };
-        if self.standing_writer.send(write).is_err() {
+        if self.host_writer.send(write).is_err() {
             tracing::warn!(%host, "the standing writer is gone; the host's standing is not stored");
         }
         standing

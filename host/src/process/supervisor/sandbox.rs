@@ -380,7 +380,7 @@ impl Sandbox {
         }
         let admit = Admit {
             mounts,
-            read_write: admission.mounts().into_iter().map(|(p, _)| p).collect(),
+            read_write: admission.read_write(self.view),
             workspace: admission.workspace.clone(),
             open_files: admission.limits.open_files,
             disk: admission.limits.disk,
