@@ -252,8 +252,8 @@ impl Cluster {
             database_url: database_url.to_string(),
             ..Settings::default()
         };
-        let hosts_port = crate::redis_server::free_port();
-        let api_port = crate::redis_server::free_port();
+        let hosts_port = trainyard_local_redis::free_port();
+        let api_port = trainyard_local_redis::free_port();
         s.master.hosts_listen = format!("127.0.0.1:{hosts_port}").parse()?;
         s.master.api_listen = format!("127.0.0.1:{api_port}").parse()?;
         s.api.url = format!("http://127.0.0.1:{api_port}");

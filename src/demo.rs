@@ -13,7 +13,6 @@ use crate::cli::DemoArgs;
 use crate::client::{ApiClient, ClientError, StreamEvent, TaskEvent};
 use crate::cluster::{Binaries, Cluster, Process};
 use crate::commands::table::{render_final_table, FinalRow};
-use crate::redis_server::RedisServer;
 use anyhow::bail;
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use trainyard_local_redis::RedisServer;
 use trainyard_master::model::TaskStatus;
 
 const HOSTS: [&str; 2] = ["host-1", "host-2"];

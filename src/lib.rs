@@ -15,8 +15,8 @@
 //!   `trainyard certs`, a development CA and certificates.
 //! - [`client`], [`commands`]: the HTTP API client and operator commands.
 //! - [`cluster`]: starting real master and host processes (the demo,
-//!   benchmarks and tests use it); [`redis_server`]: a private
-//!   `redis-server` for the demo (and the tests).
+//!   benchmarks and tests use it), on a private `redis-server`
+//!   ([`trainyard_local_redis`]) when no Redis is configured.
 //! - [`demo`]: `trainyard demo`; [`dev`]: `trainyard dev`, a local cluster
 //!   around one adapter.
 //! - [`logging`]: tracing set-up.
@@ -30,7 +30,6 @@ pub mod data_dir;
 pub mod demo;
 pub mod dev;
 pub mod logging;
-pub mod redis_server;
 pub mod roles;
 pub mod secrets;
 pub mod settings;

@@ -99,7 +99,7 @@ pub fn runtime_config(s: &Settings) -> RuntimeConfig {
 pub fn host_config(s: &Settings) -> anyhow::Result<HostConfig> {
     // Read again when the host starts; checked here so a bad list stops
     // `trainyard host` before anything else is set up.
-    trainyard_host::masters::MasterAddrs::parse(&s.host.master)?;
+    trainyard_host::link::masters::MasterAddrs::parse(&s.host.master)?;
     let mut config = attempt_config(s, secrets::cluster_secret(&s.cluster, false)?)?;
     config.tls = crate::tls::host(s)?;
     Ok(config)

@@ -580,7 +580,7 @@ mod tests {
              [api]\nurl = \"http://10.0.0.1:7701,http://10.0.0.2:7701\"\n",
         );
         let (s, _) = load(f.path(), serde_json::json!({})).unwrap();
-        let masters = trainyard_host::masters::MasterAddrs::parse(&s.host.master).unwrap();
+        let masters = trainyard_host::link::masters::MasterAddrs::parse(&s.host.master).unwrap();
         assert_eq!(masters.as_slice(), ["10.0.0.1:7700", "10.0.0.2:7700"]);
         assert_eq!(s.api.url, "http://10.0.0.1:7701,http://10.0.0.2:7701");
         let (s, source) = Settings::load_from(Inputs {
@@ -589,7 +589,7 @@ mod tests {
             ..Inputs::default()
         })
         .unwrap();
-        let masters = trainyard_host::masters::MasterAddrs::parse(&s.host.master).unwrap();
+        let masters = trainyard_host::link::masters::MasterAddrs::parse(&s.host.master).unwrap();
         assert_eq!(masters.as_slice(), ["m1:7700", "m2:7700"]);
         assert_eq!(
             source.origin("host.master"),

@@ -30,7 +30,7 @@ impl Run {
     }
 
     fn command(&self, adapter: &str, args: &[&str]) -> std::process::Command {
-        let closed = format!("127.0.0.1:{}", trainyard::redis_server::free_port());
+        let closed = format!("127.0.0.1:{}", trainyard_testkit::free_port());
         let mut command = std::process::Command::new(&common::binaries().trainyard);
         command
             .current_dir(self.dir.path())

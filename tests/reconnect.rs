@@ -13,7 +13,7 @@ use common::{serial, Setup, TestCluster};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trainyard_host::config::{AdapterConfig, HostConfig};
-use trainyard_host::connection::ConnectionEvent;
+use trainyard_host::link::connection::ConnectionEvent;
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
 use trainyard_proto::HostId;
 
@@ -120,7 +120,7 @@ async fn two_hundred_hosts_all_reregister_spread_out_after_a_master_restart() {
             python: None,
         }];
         let log = attempts.clone();
-        let observer: trainyard_host::connection::AttemptObserver = Arc::new(move |e| {
+        let observer: trainyard_host::link::connection::AttemptObserver = Arc::new(move |e| {
             if let ConnectionEvent::Connecting { at } = e {
                 log.lock().unwrap()[i].push(at);
             }

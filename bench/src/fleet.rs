@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use trainyard::cluster::Cluster;
 use trainyard_host::config::{AdapterConfig, HostConfig};
-use trainyard_host::connection::{AttemptObserver, ConnectionEvent};
+use trainyard_host::link::connection::{AttemptObserver, ConnectionEvent};
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
 use trainyard_host::RunningHost;
 use trainyard_proto::HostId;

@@ -23,9 +23,9 @@ use anyhow::{bail, ensure, Context};
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
 use trainyard_master::model::NewTask;
+use trainyard_master::recovery::leases::MAX_ROUND_TRIPS;
 use trainyard_master::scheduler::{ReconcileStats, SweepStats};
 use trainyard_master::store::{Batch, Store, Write};
-use trainyard_master::sweep::MAX_ROUND_TRIPS;
 use trainyard_proto::keys::{self, Keys};
 use trainyard_proto::{now_ms, AttemptRef, HostId, TaskId, WorkerId};
 

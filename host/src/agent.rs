@@ -11,12 +11,12 @@
 //! its attempts. An attempt's devices go back to the ledger only when the
 //! attempt has ended, its trainer gone.
 //!
-//! The connection ([`crate::connection`]) and the attempts talk to it
+//! The connection ([`crate::link::connection`]) and the attempts talk to it
 //! through one channel of [`Event`]s; it never blocks on the network.
 
+use crate::adapters::carried::Carried;
 use crate::attempt::{self, AttemptEnv, Control};
 use crate::capacity::Ledger;
-use crate::carried::Carried;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -60,7 +60,7 @@ pub enum Event {
     Handshaking {
         reply: oneshot::Sender<HelloState>,
     },
-    /// The adapters were reloaded ([`crate::reload`]): from now on
+    /// The adapters were reloaded ([`crate::adapters::reload`]): from now on
     /// dispatches get these; running attempts keep the adapter they have.
     Adapters(Carried),
     /// The handshake completed; messages for the master go to `outbox`.

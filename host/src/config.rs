@@ -40,7 +40,7 @@ pub struct HostConfig {
     pub id: HostId,
     /// `host:port` of the master's host listener, or of several masters
     /// (one leads, the others stand by), comma separated: see
-    /// [`crate::masters`], which reads it when the host starts.
+    /// [`crate::link::masters`], which reads it when the host starts.
     pub master: String,
     pub slots: u32,
     /// CPUs, memory and GPUs offered to tasks.
@@ -79,7 +79,7 @@ pub struct HostConfig {
     /// Keep workspaces after the attempt (for debugging) instead of deleting them.
     pub keep_workspaces: bool,
     /// How often the adapter files are looked at again for new, changed and
-    /// removed ones ([`crate::reload`]); zero turns it off.
+    /// removed ones ([`crate::adapters::reload`]); zero turns it off.
     pub watch_adapters: Duration,
     pub max_frame_bytes: usize,
     /// TLS to the master, or plain TCP when unset.

@@ -4,21 +4,21 @@
 //!
 //! # Layout
 //! - [`config`]: the host's settings.
-//! - [`connection`]: connect, handshake, backoff ([`backoff`]); which of
-//!   the configured masters to dial ([`masters`]).
+//! - [`link`]: the connection to the master — connect, handshake, backoff,
+//!   which of the configured masters to dial.
 //! - [`agent`]: the slots, the master's orders, heartbeats, unacknowledged reports.
-//! - [`carried`]: the adapters carried, by name and version.
 //! - [`capacity`]: the CPUs, memory and GPUs offered, and which attempt holds which.
 //! - [`attempt`]: one attempt from lease to report; its body runs without
 //!   the lease layer too, for [`local`]: one attempt on this machine with
 //!   no master, Redis or database (`trainyard adapter run`).
+//! - [`lease`]: the lease layer, the only writer of lease keys, and its
+//!   renewal each heartbeat.
+//! - [`adapters`]: the adapters carried, by name and version; reloading
+//!   them; whether their programs can run; their launch plans checked
+//!   against the operator's policy.
+//! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
 //! - [`conformance`]: the suite `trainyard adapter check` runs against an
 //!   adapter's fresh instances.
-//! - [`lease`], [`renewer`]: the lease layer, the only writer of lease keys.
-//! - [`runtime`]: the wasmtime embedding that loads and calls adapters.
-//! - [`plan`]: checks an adapter's launch plan against the operator's policy.
-//! - [`runnable`]: whether the trainer's user can run the programs an
-//!   adapter may launch, checked when it is loaded.
 //! - [`process`]: launching and supervising trainer processes.
 //! - [`containment`]: what confines each trainer (cgroup, Landlock, network,
 //!   user, limits).
@@ -32,31 +32,28 @@
 //!   until the connection ships them to the master.
 //! - [`metrics`]: the host's `/metrics`, on `host.metrics_listen`.
 
+pub mod adapters;
 pub mod agent;
 pub mod artifacts;
 pub mod attempt;
-pub mod backoff;
 pub mod capacity;
-pub mod carried;
 pub mod config;
 pub mod conformance;
-pub mod connection;
 pub mod containment;
 pub mod lease;
+pub mod link;
 pub mod local;
 pub mod logs;
-pub mod masters;
 pub mod metrics;
-pub mod plan;
 pub mod process;
 pub mod python_env;
-pub mod reload;
-pub mod renewer;
-pub mod runnable;
 pub mod runtime;
 pub mod workspace;
 
+use adapters::{carried, plan, reload, runnable};
 use config::{HostConfig, OnAdapterError};
+use lease::renewer;
+use link::{connection, masters};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;

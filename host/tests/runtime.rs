@@ -11,7 +11,7 @@ mod support;
 use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 use support::*;
-use trainyard_host::plan::{self, Allowlist, PlanError};
+use trainyard_host::adapters::plan::{self, Allowlist, PlanError};
 use trainyard_host::runtime::{
     AdapterFault, AdapterRuntime, Call, CheckpointRef, ExitReport, ExitStatus, LaunchPlan,
     LoadError, RuntimeConfig,

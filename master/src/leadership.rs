@@ -181,7 +181,7 @@ pub async fn announce(
 ) {
     let announced = async {
         let mut con = redis.connection().await?;
-        crate::sweep::announce_term(&mut con, keys, term).await
+        crate::recovery::leases::announce_term(&mut con, keys, term).await
     };
     match announced.await {
         Ok(now) if now > term => {

@@ -8,10 +8,11 @@
 //! - [`store`]: the task table through sqlx (SQLite or PostgreSQL).
 //! - [`scheduler`]: the single writer of task state — queue, dispatch,
 //!   reports, the recovery sweep.
-//! - [`recovery`]: the sweep's and reports' decisions as pure functions.
+//! - [`recovery`]: when anything dies — the sweep's and reports'
+//!   decisions as pure functions, and the Redis reads (and fences) they
+//!   rest on.
 //! - [`standing`]: whether a host takes new work — drain, quarantine and
 //!   its probe — as pure functions.
-//! - [`sweep`], [`reconcile`]: the Redis reads (and fences) they rest on.
 //! - [`search`]: sweeps (hyperparameter searches), their ranking and early
 //!   stopping.
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
@@ -37,14 +38,12 @@ pub mod leadership;
 pub mod logs;
 pub mod model;
 pub mod placement;
-pub mod reconcile;
 pub mod recovery;
 pub mod scheduler;
 pub mod search;
 pub mod sessions;
 pub mod standing;
 pub mod store;
-pub mod sweep;
 
 use config::MasterConfig;
 use std::net::SocketAddr;

@@ -24,13 +24,7 @@ pub mod browser;
 use rand::Rng;
 use std::path::{Path, PathBuf};
 
-// The demo's private Redis is product code (the `trainyard` crate's
-// `redis_server` module); the same file is compiled here, so that the
-// master's and host's tests need not build the whole `trainyard` crate.
-#[path = "../../src/redis_server.rs"]
-mod redis_server;
-
-pub use redis_server::{free_port, wait_for_port, RedisServer, RedisServerError};
+pub use trainyard_local_redis::{free_port, wait_for_port, RedisServer, RedisServerError};
 
 /// A key prefix no other test uses, e.g. `t4f2a91:`.
 pub fn unique_prefix() -> String {

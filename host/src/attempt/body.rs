@@ -22,13 +22,13 @@ use super::blame::{self, Failure};
 use super::keep::{self, CheckpointUploads};
 use super::throttle::Throttle;
 use super::{Adapter, Control, HostEnv};
+use crate::adapters::plan;
 use crate::agent::AttemptEvent;
+use crate::lease::renewer::LeaseState;
 use crate::logs::LogWriter;
-use crate::plan;
 use crate::process::wire::LimitBreach;
 use crate::process::{ExitKind, LaunchSpec, Trainer, TrainerExit};
 use crate::python_env::{EnvInUse, INTERPRETER_PROGRAMS};
-use crate::renewer::LeaseState;
 use crate::runtime::{
     AdapterInstance, AttemptContext, CheckpointRef, ExitReport, ExitStatus, OutputEvent, TaskInput,
 };

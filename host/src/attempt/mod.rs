@@ -5,7 +5,7 @@
 //!    the master and stop.
 //! 2. Run the attempt's [`body`]: workspace, adapter, launch plan, Python
 //!    environment, containment, trainer, result. The body sees the lease
-//!    only as a watch of its deadline, renewed by [`crate::renewer`].
+//!    only as a watch of its deadline, renewed by [`crate::lease::renewer`].
 //! 3. Release the lease and store the report in one atomic step; hand the
 //!    report to the agent, which sends it until the master acknowledges it.
 //!
@@ -23,11 +23,11 @@ mod throttle;
 
 pub use body::{outcome_name, Body, Ending};
 
+use crate::adapters::plan::Allowlist;
 use crate::agent::AttemptEvent;
+use crate::lease::renewer::LeaseBook;
 use crate::lease::{Acquired, LeaseLayer};
-use crate::plan::Allowlist;
 use crate::process::Deadline;
-use crate::renewer::LeaseBook;
 use crate::runtime::LoadedAdapter;
 use std::sync::Arc;
 use std::time::Instant;

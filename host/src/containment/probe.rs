@@ -177,10 +177,10 @@ impl Enforcement {
     }
 
     /// The user trainers run as: the configured one, else the host's own.
-    pub fn runner(&self) -> crate::runnable::Runner {
+    pub fn runner(&self) -> crate::adapters::runnable::Runner {
         match &self.user {
-            Some((_, c)) => crate::runnable::Runner::of(c.uid, c.gid),
-            None => crate::runnable::Runner::host_user(),
+            Some((_, c)) => crate::adapters::runnable::Runner::of(c.uid, c.gid),
+            None => crate::adapters::runnable::Runner::host_user(),
         }
     }
 

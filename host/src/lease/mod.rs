@@ -11,6 +11,9 @@
 //!   attempt, and stores the attempt's report in the same atomic step.
 //!   Attempts ending together share one call too.
 //!
+//! - [`renewer`] makes that renewal call each heartbeat and tells every
+//!   attempt its new deadline, or that its lease is lost.
+//!
 //! Each call returns the deadline until which the lease is certainly held:
 //! measured from *before* the request was sent, minus a safety margin, so
 //! the host's view of its lease always ends before Redis's does.
@@ -18,6 +21,7 @@
 mod acquire;
 mod batch;
 mod release;
+pub mod renewer;
 
 use crate::process::Deadline;
 use acquire::{Acquisitions, Verdict};

@@ -80,15 +80,17 @@ impl PythonEnvs {
     ) -> Result<Self, SetupError> {
         let cache_dir = cache_dir.ok_or(SetupError::NoCacheDir)?;
         let path = std::env::var_os("PATH");
-        let uv =
-            crate::plan::Allowlist::resolve(std::slice::from_ref(&settings.uv), path.as_deref())
-                .map_err(|e| SetupError::NoInstaller {
-                    uv: settings.uv.clone(),
-                    reason: e.to_string(),
-                })?
-                .executable(&settings.uv)
-                .map(Path::to_path_buf)
-                .expect("the entry just resolved");
+        let uv = crate::adapters::plan::Allowlist::resolve(
+            std::slice::from_ref(&settings.uv),
+            path.as_deref(),
+        )
+        .map_err(|e| SetupError::NoInstaller {
+            uv: settings.uv.clone(),
+            reason: e.to_string(),
+        })?
+        .executable(&settings.uv)
+        .map(Path::to_path_buf)
+        .expect("the entry just resolved");
         // A directory per host: hosts that share a cache directory (several
         // on one machine) never clean up or rename over each other's builds.
         let root = cache_dir.join("python").join(host);

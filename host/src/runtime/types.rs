@@ -11,7 +11,7 @@
 
 use super::bindings::{wit, WitAssignment};
 use super::guest_log::cut;
-use crate::plan::check_relative_path;
+use crate::adapters::plan::check_relative_path;
 use trainyard_proto::messages::{Metric, Progress};
 use trainyard_proto::resources::Assignment;
 use trainyard_proto::AttemptRef;

@@ -860,7 +860,7 @@ async fn forget_reports(
             return 0;
         }
     };
-    match crate::sweep::forget_reports(&mut con, keys, done, garbage).await {
+    match crate::recovery::leases::forget_reports(&mut con, keys, done, garbage).await {
         Ok(round_trips) => round_trips,
         Err(e) => {
             // They are picked up again by a later sweep, seen as stale, and removed then.

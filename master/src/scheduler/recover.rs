@@ -14,8 +14,7 @@
 use super::cycle::Cycle;
 use super::tally::{Histogram, WORK_SECONDS};
 use super::{Epoch, Scheduler};
-use crate::recovery::{self, SweepDecision};
-use crate::sweep;
+use crate::recovery::{self, leases, SweepDecision};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,7 +40,7 @@ pub struct SweepStats {
     /// and a lease value per task).
     pub redis_us: u64,
     /// Requests the sweep waited on Redis for; at most
-    /// [`sweep::MAX_ROUND_TRIPS`] whatever `tasks` is.
+    /// [`leases::MAX_ROUND_TRIPS`] whatever `tasks` is.
     pub round_trips: u32,
 }
 
@@ -174,7 +173,7 @@ impl Scheduler {
         };
         let live: Vec<TaskId> = self.state.live.keys().copied().collect();
         let snapshot = match meter
-            .time(sweep::observe(&mut con, &self.keys, &live))
+            .time(leases::observe(&mut con, &self.keys, &live))
             .await
         {
             Ok(s) => s,
@@ -257,7 +256,7 @@ impl Scheduler {
         let attempts: Vec<AttemptRef> = given_up.iter().map(|g| g.0).collect();
         let fence_ttl = self.config.timers.fence_ttl;
         let fenced = match meter
-            .time(sweep::fence(
+            .time(leases::fence(
                 &mut con,
                 &self.keys,
                 &attempts,
@@ -298,13 +297,13 @@ impl Scheduler {
     /// Notices when Redis lost its data, and distrusts missing leases for a
     /// lease TTL plus a heartbeat, the time live hosts need to rebuild them:
     /// the window starts in Redis with the new epoch
-    /// ([`sweep::ensure_epoch`]), so a master that starts inside it (a
+    /// ([`leases::ensure_epoch`]), so a master that starts inside it (a
     /// restart, a standby taking over) waits it out too
     /// ([`recovery::leases_distrusted_until`]). Returns the round trips
     /// made: 1 if the epoch had to be written, else 0.
     async fn observe_epoch(
         &mut self,
-        seen: sweep::EpochSeen,
+        seen: leases::EpochSeen,
         con: &mut redis::aio::ConnectionManager,
     ) -> u32 {
         let t = &self.config.timers;
@@ -316,7 +315,7 @@ impl Scheduler {
         let change = recovery::epoch_change(self.epoch.known.as_deref(), seen.epoch.as_deref());
         let (seen, round_trips) = match change {
             recovery::EpochChange::Lost => {
-                match sweep::ensure_epoch(con, &self.keys, live.then_some(wait)).await {
+                match leases::ensure_epoch(con, &self.keys, live.then_some(wait)).await {
                     Ok(written) => (written, 1),
                     Err(e) => {
                         tracing::warn!(error = %e, "could not write the Redis epoch");
@@ -368,11 +367,13 @@ impl Scheduler {
                 // Redis without one (first use, or data lost while nothing
                 // ran) is trusted at once, and the first dispatches take
                 // their leases in the epoch written here.
-                if let Ok(seen) = sweep::read_epoch(&mut con, &self.keys).await {
+                if let Ok(seen) = leases::read_epoch(&mut con, &self.keys).await {
                     self.observe_epoch(seen, &mut con).await;
                 }
                 meter
-                    .time(crate::reconcile::worker_leases(&mut con, &self.keys))
+                    .time(crate::recovery::reconcile::worker_leases(
+                        &mut con, &self.keys,
+                    ))
                     .await
             }
             Err(e) => Err(e),

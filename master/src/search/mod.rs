@@ -1,5 +1,5 @@
 //! Sweeps: hyperparameter searches over seeds, their ranking, and early
-//! stopping. (Not the recovery sweep of [`crate::sweep`]: that one looks for
+//! stopping. (Not the recovery sweep of [`crate::recovery::leases`]: that one looks for
 //! lapsed leases.)
 //!
 //! A sweep is a record with its trials; each trial is an ordinary task

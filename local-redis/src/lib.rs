@@ -1,9 +1,10 @@
 //! A private `redis-server` on a free loopback port, without persistence,
 //! stopped when dropped: what `trainyard demo` runs on when no Redis is
-//! configured. The tests use the same one (through `trainyard-testkit`,
-//! which includes this file), and may kill it, or restart it empty.
+//! configured. The tests use the same one (through `trainyard-testkit`),
+//! and may kill it, or restart it empty.
 //!
-//! Depends on `std` and `tempfile` only, so that it compiles in both crates.
+//! A crate of its own, on `std` and `tempfile` only, so that the master's
+//! and host's tests need not build the whole `trainyard` crate for it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

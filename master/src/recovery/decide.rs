@@ -1,7 +1,7 @@
 //! What to do with a live task, decided from plain data: the seed's three
 //! recovery cases, done without guessing, and the handling of an attempt's
-//! final report. No I/O here; `sweep` and the scheduler feed these functions
-//! and carry out what they return.
+//! final report. No I/O here; [`super::leases`] and the scheduler feed
+//! these functions and carry out what they return.
 //!
 //! The sweep's cases, for a DISPATCHED or RUNNING task:
 //! 1. no lease, and the dispatch was never accepted within its deadline: the

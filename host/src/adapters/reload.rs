@@ -13,9 +13,9 @@
 //! does not take a working adapter off the host. [`changes`] decides what
 //! to reload from the files' sizes and modification times; [`run`] does it.
 
+use crate::adapters::carried::Carried;
 use crate::agent::{AgentHandle, Event};
 use crate::attempt::Adapter;
-use crate::carried::Carried;
 use crate::config::{AdapterConfig, HostConfig};
 use crate::runtime::AdapterRuntime;
 use std::collections::BTreeMap;
@@ -112,7 +112,7 @@ pub async fn run(
     seen: Files,
     loaded: &Carried,
     agent: AgentHandle,
-    runner: crate::runnable::Runner,
+    runner: crate::adapters::runnable::Runner,
 ) {
     let mut seen = seen;
     let mut by_path: BTreeMap<PathBuf, Adapter> = loaded

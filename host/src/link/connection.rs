@@ -2,7 +2,7 @@
 //! and on any failure try the next configured master, or wait out the
 //! backoff and start over — with state built fresh for every connection
 //! (codec, outbox, session id), so nothing of a dead connection leaks into
-//! the next. Which address is dialled when is [`crate::masters`]'s choice; a
+//! the next. Which address is dialled when is [`crate::link::masters`]'s choice; a
 //! standby master answers with `Standby` in place of the challenge.
 //!
 //! The backoff resets only once the master has welcomed the host and proved
@@ -15,10 +15,10 @@
 //! handshake relayed by a machine in the middle fails.
 
 use crate::agent::{AgentHandle, Event};
-use crate::backoff::Backoff;
+use crate::lease::renewer::Contact;
+use crate::link::backoff::Backoff;
+use crate::link::masters::{MasterAddrs, MasterChoice, Outcome, Step};
 use crate::logs::{LogBook, SHIP_EVERY};
-use crate::masters::{MasterAddrs, MasterChoice, Outcome, Step};
-use crate::renewer::Contact;
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use std::collections::VecDeque;
