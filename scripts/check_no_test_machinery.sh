@@ -20,4 +20,10 @@ if grep -q '^trainyard-testkit ' <<<"$product"; then
     echo "error: trainyard-testkit is a dependency of a product crate; make it a dev-dependency" >&2
     exit 1
 fi
-echo "no test machinery in builds without the tests (fail points, trainyard-testkit)"
+# The tests' timers and private Redis live in trainyard-testkit and
+# trainyard-local-redis, not in a product crate's source.
+if grep -rnE 'fn fast_timers|#\[path *= *"[^"]*redis_server' src master/src host/src proto/src artifacts/src >&2; then
+    echo "error: test machinery (above) is back in a product crate; it belongs in testkit/" >&2
+    exit 1
+fi
+echo "no test machinery in builds without the tests (fail points, trainyard-testkit, test timers)"

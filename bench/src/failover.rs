@@ -42,10 +42,11 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
-use trainyard::cluster::{fast_timers, Cluster, Process};
+use trainyard::cluster::{Cluster, Process};
 use trainyard::settings::{AdapterEntry, Settings};
 use trainyard_master::model::TaskStatus;
 use trainyard_proto::{now_ms, Timers};
+use trainyard_testkit::fast_timers;
 
 /// Masters of the failover rounds.
 const MASTERS: usize = 3;

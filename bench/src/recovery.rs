@@ -22,10 +22,10 @@ use redis::AsyncCommands;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use trainyard::client::ApiClient;
-use trainyard::cluster::fast_timers;
 use trainyard::cluster::Process;
 use trainyard_master::model::{TaskDetail, TaskStatus};
 use trainyard_proto::{now_ms, Timers};
+use trainyard_testkit::fast_timers;
 
 /// One kill and what followed, in ms after the kill.
 struct Round {

@@ -291,6 +291,30 @@ os.replace(f"{path}.{os.getpid()}", path)
     );
 }
 
+/// Timers for clusters that must recover in seconds, not minutes: the
+/// multi-process tests and the fast recovery benchmark. A lease lapses 2 s
+/// after its host's last renewal; the sweep runs four times a second.
+pub fn fast_timers() -> trainyard_proto::Timers {
+    use std::time::Duration;
+    use trainyard_proto::Timers;
+    Timers {
+        heartbeat_interval: Duration::from_millis(200),
+        heartbeat_ttl: Duration::from_millis(600),
+        lease_ttl: Duration::from_millis(2000),
+        lease_safety_margin: Duration::from_millis(300),
+        sweep_interval: Duration::from_millis(250),
+        dispatch_ack_timeout: Duration::from_millis(3000),
+        reconnect_initial: Duration::from_millis(100),
+        reconnect_max: Duration::from_millis(800),
+        reconnect_jitter: 0.25,
+        handshake_timeout: Duration::from_secs(3),
+        idle_timeout: Duration::from_millis(1500),
+        stop_grace: Duration::from_millis(500),
+        report_resend_interval: Duration::from_millis(500),
+        ..Timers::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,7 +40,7 @@ pub fn test_timers() -> Timers {
         lease_safety_margin: Duration::from_millis(500),
         dispatch_ack_timeout: Duration::from_secs(6),
         idle_timeout: Duration::from_secs(3),
-        ..trainyard::cluster::fast_timers()
+        ..trainyard_testkit::fast_timers()
     }
 }
 

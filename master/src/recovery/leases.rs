@@ -182,7 +182,7 @@ pub async fn fence(
 }
 
 static FENCE: std::sync::LazyLock<FenceScript> = std::sync::LazyLock::new(|| {
-    let source = include_str!("lua/fence.lua");
+    let source = include_str!("../lua/fence.lua");
     FenceScript {
         source,
         sha: redis::Script::new(source).get_hash().to_string(),

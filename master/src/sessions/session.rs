@@ -29,6 +29,9 @@ type HostFrames = Framed<HostStream, MessageCodec<HostMessage, MasterMessage>>;
 /// is not reading and gets disconnected by the scheduler.
 const OUTBOX: usize = 4096;
 
+/// Serves one host connection: the transport opened, the handshake
+/// (with the scheduler's admission) done within `handshake_timeout`, then
+/// messages carried both ways until either side ends.
 pub async fn run(
     stream: TcpStream,
     addr: SocketAddr,
@@ -36,22 +39,13 @@ pub async fn run(
     config: &ListenerConfig,
     scheduler: SchedulerHandle,
 ) {
-    let timeout = config.timers.handshake_timeout;
-    let opened = tokio::time::timeout(timeout, transport::open(stream, config.tls.as_ref())).await;
-    let Transport {
+    let Some(Transport {
         stream,
         channel,
         certificate,
-    } = match opened {
-        Ok(Ok(t)) => t,
-        Ok(Err(e)) => {
-            tracing::warn!(%addr, error = %e, "TLS handshake with a host failed; closing");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(%addr, timeout_ms = timeout.as_millis() as u64, "TLS handshake with a host timed out; closing");
-            return;
-        }
+    }) = open(stream, addr, config).await
+    else {
+        return;
     };
     let peer = Peer {
         addr,
@@ -59,23 +53,62 @@ pub async fn run(
         certificate: certificate.as_ref().filter(|_| config.host_certificates),
     };
     let mut frames = Framed::new(stream, MessageCodec::new(config.max_frame));
-    let (outbox, mut outgoing) = mpsc::channel(OUTBOX);
+    let (outbox, outgoing) = mpsc::channel(OUTBOX);
+    let Some(host) = greet(&mut frames, config, &scheduler, session, &peer, outbox).await else {
+        return;
+    };
+    serve(frames, outgoing, &host, addr, session, config, &scheduler).await;
+    let _ = scheduler
+        .send(Command::Disconnected {
+            host: host.clone(),
+            session,
+        })
+        .await;
+}
+
+/// The transport (TLS when configured), within `handshake_timeout`.
+async fn open(stream: TcpStream, addr: SocketAddr, config: &ListenerConfig) -> Option<Transport> {
+    let timeout = config.timers.handshake_timeout;
+    match tokio::time::timeout(timeout, transport::open(stream, config.tls.as_ref())).await {
+        Ok(Ok(t)) => Some(t),
+        Ok(Err(e)) => {
+            tracing::warn!(%addr, error = %e, "TLS handshake with a host failed; closing");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(%addr, timeout_ms = timeout.as_millis() as u64, "TLS handshake with a host timed out; closing");
+            None
+        }
+    }
+}
+
+/// The handshake within `handshake_timeout`: the host admitted and
+/// welcomed, or refused (told why) and forgotten by the scheduler.
+async fn greet(
+    frames: &mut HostFrames,
+    config: &ListenerConfig,
+    scheduler: &SchedulerHandle,
+    session: u64,
+    peer: &Peer<'_>,
+    outbox: mpsc::Sender<MasterMessage>,
+) -> Option<HostId> {
+    let addr = peer.addr;
     let mut admitted = None;
     let greeted = tokio::time::timeout(
         config.timers.handshake_timeout,
         handshake(
-            &mut frames,
+            frames,
             config,
-            &scheduler,
+            scheduler,
             session,
-            &peer,
+            peer,
             outbox,
             &mut admitted,
         ),
     )
     .await;
-    let failure = match greeted {
-        Ok(Ok(())) => None,
+    let welcomed = match greeted {
+        Ok(Ok(())) => true,
         Ok(Err(refusal)) => {
             tracing::warn!(%addr, reason = %refusal, "host refused");
             let _ = frames
@@ -83,24 +116,37 @@ pub async fn run(
                     reason: refusal.to_string(),
                 })
                 .await;
-            Some(())
+            false
         }
         Err(_) => {
             tracing::warn!(%addr, timeout_ms = config.timers.handshake_timeout.as_millis() as u64, "handshake timed out; closing");
-            Some(())
+            false
         }
     };
-    let Some(host) = admitted else {
-        return;
-    };
-    if failure.is_some() {
+    let host = admitted?;
+    if !welcomed {
         // Admitted, but never welcomed: the scheduler must forget it.
         let _ = scheduler
             .send(Command::Disconnected { host, session })
             .await;
-        return;
+        return None;
     }
+    Some(host)
+}
 
+/// Carries messages both ways until the connection ends: a writer
+/// draining the outbox, a reader handing messages in order to the
+/// forwarder, which holds a report back until the lines that came before
+/// it are stored.
+async fn serve(
+    frames: HostFrames,
+    mut outgoing: mpsc::Receiver<MasterMessage>,
+    host: &HostId,
+    addr: SocketAddr,
+    session: u64,
+    config: &ListenerConfig,
+    scheduler: &SchedulerHandle,
+) {
     let (mut sink, stream) = frames.split();
     let writer = async {
         while let Some(message) = outgoing.recv().await {
@@ -116,11 +162,9 @@ pub async fn run(
             }
         }
     };
-    // The reader hands messages to the forwarder in order; the forwarder
-    // holds a report back until the lines that came before it are stored.
     let (to_forward, forwarding) = mpsc::channel(FORWARD_QUEUE);
-    let reader = read(stream, &host, addr, config, to_forward);
-    let forwarder = forward(forwarding, &scheduler, &host, session);
+    let reader = read(stream, host, addr, config, to_forward);
+    let forwarder = forward(forwarding, scheduler, host, session);
     // Either side ending ends the connection; the scheduler dropping the
     // outbox (a replaced or evicted connection) ends the writer. What was
     // read before the connection ended reaches the scheduler first.
@@ -128,12 +172,6 @@ pub async fn run(
         _ = writer => {}
         _ = async { tokio::join!(reader, forwarder) } => {}
     }
-    let _ = scheduler
-        .send(Command::Disconnected {
-            host: host.clone(),
-            session,
-        })
-        .await;
 }
 
 /// Messages read from a host and not yet handed to the scheduler.
