@@ -1109,17 +1109,21 @@ fn refusing(denied: &[(i64, Option<u64>)]) -> seccompiler::BpfProgram {
     .expect("filter")
 }
 
+/// A layer, the calls refused to the host, and the settings that keep
+/// the layers checked before it working.
+type RefusalCase = (
+    &'static str,
+    Vec<(i64, Option<u64>)>,
+    fn(&mut trainyard::settings::Settings),
+);
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_refuses_to_start_when_a_namespace_the_disk_quota_or_the_filter_cannot_be_made() {
     let mut c = TestCluster::prepare(setup()).await;
     // The master makes the cluster secret the hosts read first.
     c.start_master().await;
     let work = c.cluster.dir.join("refusing-host");
-    let cases: [(
-        &str,
-        Vec<(i64, Option<u64>)>,
-        fn(&mut trainyard::settings::Settings),
-    ); 4] = [
+    let cases: [RefusalCase; 4] = [
         ("mount", vec![(libc::SYS_unshare, None)], |s| {
             s.host.containment.network = Switch::Off;
         }),
