@@ -9,7 +9,7 @@ CARGO ?= cargo
 # that scripts/with_postgres.py starts for the run and stops afterwards.
 WITH_POSTGRES := python3 scripts/with_postgres.py
 
-.PHONY: demo test bench build release install adapters adapter-fixtures prerequisites browser python-tools nextest fmt clippy clean
+.PHONY: demo test bench build release install adapters adapter-fixtures prerequisites browser python-tools nextest s3-server fmt clippy clean
 
 prerequisites:
 	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
@@ -76,12 +76,27 @@ nextest:
 	  echo "installing cargo-nextest $(NEXTEST_VERSION), which runs the test suite"; \
 	  $(CARGO) install --locked cargo-nextest --version $(NEXTEST_VERSION); }
 
+# The S3-protocol server the artifact store's `s3://` tests upload to:
+# s3s-fs, a server on the s3s crate that implements multipart uploads
+# (an object exists only once its upload completes), checks every
+# request's SigV4 signature, and keeps objects as files. Built once with
+# cargo (about two minutes on two cores) into target/s3-server; the
+# stamp names the version, so changing the pin reinstalls it.
+S3_SERVER_VERSION := 0.14.1
+S3_SERVER_ROOT := target/s3-server
+S3_SERVER_STAMP := $(S3_SERVER_ROOT)/s3s-fs-$(S3_SERVER_VERSION)
+s3-server: $(S3_SERVER_STAMP)
+$(S3_SERVER_STAMP):
+	@echo "installing s3s-fs $(S3_SERVER_VERSION), the S3 server the artifact store's tests use"
+	$(CARGO) install --locked --quiet s3s-fs --version $(S3_SERVER_VERSION) --features binary --root $(S3_SERVER_ROOT)
+	@rm -f $(S3_SERVER_ROOT)/s3s-fs-* && touch $@
+
 # The tests' build turns the master's fail points on; after `make demo`'s
 # `cargo build` it recompiles only the workspace's own crates. The checks
 # before it prove that builds without the tests have no test machinery, and
 # that the tests turn on no feature of a dependency the binaries share
 # (which would compile that dependency, and all above it, twice).
-test: adapters adapter-fixtures browser python-tools nextest
+test: adapters adapter-fixtures browser python-tools nextest s3-server
 	@[ -n "$$TRAINYARD_TEST_REDIS_URL" ] || command -v redis-server >/dev/null || { \
 	  echo "redis-server not found: install the Debian package redis-server (or set TRAINYARD_TEST_REDIS_URL)"; exit 1; }
 	@command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: install the Debian package systemd (the shipped units are verified with it)"; exit 1; }

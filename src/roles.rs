@@ -6,10 +6,11 @@ use crate::secrets;
 use crate::settings::{OnAdapterError, Settings};
 use anyhow::Context;
 use std::time::Duration;
-use trainyard_artifacts::StoreSpec;
+use trainyard_artifacts::s3::{resolve_credentials, ConfiguredCredentials};
+use trainyard_artifacts::{S3Credentials, S3Location, StoreSpec};
 use trainyard_host::config::{AdapterConfig, HostConfig};
 use trainyard_host::runtime::{AdapterRuntime, RuntimeConfig};
-use trainyard_master::artifacts::ArtifactsConfig;
+use trainyard_master::artifacts::{ArtifactsConfig, S3Access};
 use trainyard_master::config::MasterConfig;
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::HostId;
@@ -47,14 +48,68 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
 fn artifacts_config(s: &Settings) -> anyhow::Result<ArtifactsConfig> {
     let spec = StoreSpec::parse(&s.artifacts.store)?;
     let root = match &spec {
-        StoreSpec::Embedded => absolute(&s.data_dir.join("artifacts")),
+        StoreSpec::Embedded | StoreSpec::S3 { .. } => absolute(&s.data_dir.join("artifacts")),
         StoreSpec::Directory(path) => path.clone(),
+    };
+    let s3 = match &spec {
+        StoreSpec::S3 { bucket, prefix } => {
+            let location = s3_location(s, bucket, prefix);
+            let credentials = s3_credentials(s)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "artifacts.store is {spec}: {}",
+                    trainyard_artifacts::s3::CredentialsError::Missing
+                )
+            })?;
+            Some(S3Access {
+                location,
+                credentials,
+            })
+        }
+        _ => None,
     };
     Ok(ArtifactsConfig {
         spec,
         root,
         max_object_bytes: s.artifacts.max_object_bytes,
+        s3,
     })
+}
+
+fn s3_location(s: &Settings, bucket: &str, prefix: &str) -> S3Location {
+    let s3 = &s.artifacts.s3;
+    S3Location {
+        bucket: bucket.to_string(),
+        prefix: prefix.to_string(),
+        endpoint: s3.endpoint.clone(),
+        region: s3.region.clone(),
+        allow_http: s3.allow_http,
+    }
+}
+
+/// This process's own credentials for an S3 store (`[artifacts.s3]`, else
+/// the `AWS_*` environment variables), or none configured.
+pub fn s3_credentials(s: &Settings) -> anyhow::Result<Option<S3Credentials>> {
+    let s3 = &s.artifacts.s3;
+    let file = match &s3.secret_access_key_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!(
+                    "cannot read artifacts.s3.secret_access_key_file {}",
+                    path.display()
+                )
+            })?;
+            Some((path.display().to_string(), text))
+        }
+        None => None,
+    };
+    let configured = ConfiguredCredentials {
+        access_key_id: s3.access_key_id.clone(),
+        secret_access_key: s3.secret_access_key.clone(),
+        secret_access_key_file: file,
+    };
+    Ok(resolve_credentials(&configured, |name| {
+        std::env::var(name).ok()
+    })?)
 }
 
 /// The host's id: configured, else the machine's hostname made safe.
@@ -164,6 +219,15 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    // Read by the host alone: the master never sends a credential.
+    config.artifact_credentials = s3_credentials(s)?;
+    if let Some(leak) = trainyard_artifacts::s3::reaching_trainers(
+        &config.pass_env,
+        &config.trainer_env,
+        config.artifact_credentials.as_ref(),
+    ) {
+        anyhow::bail!(leak);
+    }
     config.max_checkpoint_bytes = s.host.max_checkpoint_bytes;
     config.max_line_bytes = s.host.max_line_bytes;
     config.stderr_tail_bytes = s.host.stderr_tail_bytes;

@@ -57,11 +57,13 @@ pub struct Settings {
 #[serde(default, deny_unknown_fields)]
 pub struct ArtifactsSection {
     /// `embedded` (under `data_dir/artifacts`, hosts upload through the
-    /// master) or `file:///path` (a directory every host and the master
-    /// mount at that path).
+    /// master), `file:///path` (a directory every host and the master
+    /// mount at that path) or `s3://bucket/prefix` (an S3-compatible
+    /// object store, `[artifacts.s3]`).
     pub store: String,
     /// The largest object (a checkpoint or an output file) the store takes.
     pub max_object_bytes: u64,
+    pub s3: S3Section,
 }
 
 impl Default for ArtifactsSection {
@@ -69,6 +71,39 @@ impl Default for ArtifactsSection {
         Self {
             store: "embedded".into(),
             max_object_bytes: trainyard_artifacts::DEFAULT_MAX_OBJECT_BYTES,
+            s3: S3Section::default(),
+        }
+    }
+}
+
+/// `[artifacts.s3]`: where an `s3://` store's server is (the master's word,
+/// told to hosts), and the credentials each host and the master sign with
+/// (read by each from its own configuration or environment; never sent).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct S3Section {
+    /// The server's URL; unset for AWS itself.
+    pub endpoint: Option<String>,
+    pub region: String,
+    /// Allow a plain `http://` endpoint (a server on the same machine or
+    /// network).
+    pub allow_http: bool,
+    pub access_key_id: Option<String>,
+    /// The secret key inline; prefer `secret_access_key_file`.
+    pub secret_access_key: Option<String>,
+    /// A file holding the secret key.
+    pub secret_access_key_file: Option<PathBuf>,
+}
+
+impl Default for S3Section {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            region: trainyard_artifacts::s3::DEFAULT_REGION.into(),
+            allow_http: false,
+            access_key_id: None,
+            secret_access_key: None,
+            secret_access_key_file: None,
         }
     }
 }

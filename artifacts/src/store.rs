@@ -4,22 +4,29 @@
 //! Writes go through the backend's multipart upload: a local directory
 //! writes a staging file beside the object and renames it into place when
 //! the last byte is in (then syncs it, so an object recorded afterwards
-//! survives a crash of the machine); an object store makes the object
-//! exist only when the upload completes. A write that fails, goes over its
-//! limit, or is dropped half-way leaves no object behind.
+//! survives a crash of the machine); an S3-compatible store makes the
+//! object exist only when the upload completes (`CompleteMultipartUpload`).
+//! A write that fails, goes over its limit, or is dropped half-way leaves
+//! no object behind; parts already sent to S3 for an upload that never
+//! completes are no object (a bucket lifecycle rule reclaims them, see
+//! docs/artifacts.md).
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
 use object_store::{GetOptions, GetRange, ObjectStore, WriteMultipart};
 use sha2::{Digest as _, Sha256};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Bytes handed to the backend per part of a multipart upload.
-const PART_BYTES: usize = 8 << 20;
+use crate::s3::{S3Credentials, S3Location};
+
+/// Bytes handed to the backend per part of a multipart upload (S3 takes
+/// parts of 5 MiB at least, but the last).
+pub const PART_BYTES: usize = 8 << 20;
 /// Parts a write may have in flight at once: with [`PART_BYTES`], what a
 /// write holds in memory at most, whatever the object's size. The source
 /// is read no faster than parts are written (flow control).
@@ -62,10 +69,47 @@ pub enum PutError {
     TooLarge { limit: u64 },
     #[error("the object's bytes stopped coming: {0}")]
     Source(String),
-    #[error("the artifact store refused the object: {0}")]
-    Store(#[from] object_store::Error),
+    #[error("the artifact store {store} refused the object: {error}")]
+    Store {
+        store: String,
+        error: object_store::Error,
+    },
     #[error("the artifact store could not sync the object to disk: {0}")]
     Sync(std::io::Error),
+}
+
+impl PutError {
+    /// Whether the store could not be reached at all (no connection, no
+    /// answer in time), as opposed to refusing the object.
+    pub fn unreachable(&self) -> bool {
+        matches!(self, PutError::Store { error, .. } if unreachable(error))
+    }
+}
+
+/// Whether `error` is the store out of reach (its client could not
+/// connect, or had no answer, after its own retries) rather than a refusal
+/// (wrong keys, no such bucket, a full disk).
+pub fn unreachable(error: &object_store::Error) -> bool {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        // object_store's HTTP errors pass their cause through (they are
+        // `transparent`): the client's own error says what happened.
+        if let Some(sent) = e.downcast_ref::<reqwest::Error>() {
+            return sent.is_connect() || sent.is_timeout() || sent.is_request();
+        }
+        if let Some(http) = e.downcast_ref::<HttpError>() {
+            return matches!(
+                http.kind(),
+                HttpErrorKind::Connect
+                    | HttpErrorKind::Request
+                    | HttpErrorKind::Timeout
+                    | HttpErrorKind::Interrupted
+            );
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// An object being read: its whole size, the range served and its bytes.
@@ -81,6 +125,9 @@ pub struct ArtifactStore {
     objects: Arc<dyn ObjectStore>,
     /// The directory of a local store, whose completed files are synced.
     root: Option<PathBuf>,
+    /// The store as operators name it (`file:///…`, `s3://bucket/prefix`),
+    /// in every error that reaches them.
+    label: String,
 }
 
 impl ArtifactStore {
@@ -91,14 +138,38 @@ impl ArtifactStore {
         Ok(ArtifactStore {
             objects: Arc::new(local),
             root: Some(root.to_path_buf()),
+            label: format!("file://{}", root.display()),
+        })
+    }
+
+    /// The bucket at `location`, signing with `credentials`. Nothing is
+    /// sent yet: wrong keys or a missing bucket show at the first request.
+    pub fn s3(
+        location: &S3Location,
+        credentials: &S3Credentials,
+    ) -> Result<ArtifactStore, object_store::Error> {
+        let bucket = crate::s3::client(location, credentials)?;
+        let objects: Arc<dyn ObjectStore> = if location.prefix.is_empty() {
+            Arc::new(bucket)
+        } else {
+            Arc::new(PrefixStore::new(bucket, location.prefix.as_str()))
+        };
+        Ok(ArtifactStore {
+            objects,
+            root: None,
+            label: location.url(),
         })
     }
 
     /// Where it keeps its objects, for operators.
     pub fn describe(&self) -> String {
-        match &self.root {
-            Some(root) => format!("file://{}", root.display()),
-            None => self.objects.to_string(),
+        self.label.clone()
+    }
+
+    fn refused(&self, error: object_store::Error) -> PutError {
+        PutError::Store {
+            store: self.label.clone(),
+            error,
         }
     }
 
@@ -115,7 +186,11 @@ impl ArtifactStore {
         E: std::fmt::Display,
     {
         let path = ObjectPath::from(key);
-        let upload = self.objects.put_multipart(&path).await?;
+        let upload = self
+            .objects
+            .put_multipart(&path)
+            .await
+            .map_err(|e| self.refused(e))?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
         let mut digest = Digest::new();
         let mut size = 0u64;
@@ -133,7 +208,7 @@ impl ArtifactStore {
                                 writer.put(bytes);
                                 None
                             }
-                            Err(e) => Some(PutError::Store(e)),
+                            Err(e) => Some(self.refused(e)),
                         }
                     }
                 }
@@ -145,7 +220,7 @@ impl ArtifactStore {
                 return Err(error);
             }
         }
-        writer.finish().await?;
+        writer.finish().await.map_err(|e| self.refused(e))?;
         self.sync(key).await?;
         Ok(Written {
             size,
@@ -206,6 +281,19 @@ impl ArtifactStore {
         })
     }
 
+    /// The keys of every object under `prefix` (a path of whole parts),
+    /// with their sizes, in no particular order.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>, object_store::Error> {
+        let prefix = ObjectPath::from(prefix);
+        let mut listed = self.objects.list(Some(&prefix));
+        let mut found = vec![];
+        while let Some(meta) = listed.next().await {
+            let meta = meta?;
+            found.push((meta.location.to_string(), meta.size));
+        }
+        Ok(found)
+    }
+
     /// Deletes the object `key`; one already gone is no error.
     pub async fn delete(&self, key: &str) -> Result<(), object_store::Error> {
         match self.objects.delete(&ObjectPath::from(key)).await {
@@ -252,6 +340,12 @@ mod tests {
         assert_eq!(store.size_of(key).await.unwrap(), Some(data.len() as u64));
         assert_eq!(read_all(&store, key, None).await, data);
         assert_eq!(read_all(&store, key, Some(10..20)).await, data[10..20]);
+        assert_eq!(
+            store.list("tasks/1").await.unwrap(),
+            [(key.to_string(), data.len() as u64)]
+        );
+        assert!(store.list("tasks/2").await.unwrap().is_empty());
+        assert_eq!(store.describe(), format!("file://{}", dir.path().display()));
         store.delete(key).await.unwrap();
         assert_eq!(store.size_of(key).await.unwrap(), None);
         store.delete(key).await.unwrap();

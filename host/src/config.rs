@@ -65,6 +65,10 @@ pub struct HostConfig {
     pub pass_env: Vec<String>,
     /// Variables set in every trainer's environment.
     pub trainer_env: Vec<(String, String)>,
+    /// This host's own credentials for an `s3://` artifact store (the master
+    /// names the bucket, never a credential); the uploads sign with them,
+    /// and no trainer or adapter ever sees them.
+    pub artifact_credentials: Option<trainyard_artifacts::S3Credentials>,
     /// Largest checkpoint file the host captures and ships to the master.
     pub max_checkpoint_bytes: u64,
     /// Longest trainer output line handed to the adapter; stderr is cut into
@@ -136,6 +140,7 @@ impl HostConfig {
             supervisor: default_supervisor(),
             pass_env: vec!["PATH".into()],
             trainer_env: vec![],
+            artifact_credentials: None,
             max_checkpoint_bytes: 8 << 20,
             max_line_bytes: 64 << 10,
             stderr_tail_bytes: 8 << 10,

@@ -331,9 +331,13 @@ pub async fn start(
         )
     });
     let api_tls = config.tls.as_ref().map(|t| t.client.config()).transpose()?;
-    let (shipper, artifact_target) =
-        artifacts::Shipper::new(config.id.clone(), config.cluster_secret.clone(), api_tls)
-            .map_err(HostError::Artifacts)?;
+    let (shipper, artifact_target) = artifacts::Shipper::new(
+        config.id.clone(),
+        config.cluster_secret.clone(),
+        api_tls,
+        config.artifact_credentials.clone(),
+    )
+    .map_err(HostError::Artifacts)?;
     let env = attempt::AttemptEnv {
         lease: lease.clone(),
         book: book.clone(),

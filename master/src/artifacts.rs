@@ -5,13 +5,15 @@
 //!
 //! With the embedded store the objects live under the master's data
 //! directory and hosts stream them to its API; with a shared directory
-//! (`file://`) hosts write them there themselves and the API only records
-//! them. Either way a row is written only once the object is complete, and
+//! (`file://`) or an S3 bucket (`s3://`) hosts write them there themselves
+//! and the API only records them (and serves downloads from the store).
+//! The master reads a bucket with credentials of its own; hosts are told
+//! where the bucket is, never a credential. Either way a row is written only once the object is complete, and
 //! only while the attempt that made it is its task's live one.
 
 use std::ops::Range;
 use std::path::PathBuf;
-use trainyard_artifacts::{ArtifactStore, StoreSpec};
+use trainyard_artifacts::{ArtifactStore, S3Credentials, S3Location, StoreSpec};
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::messages::{ArtifactRoute, ArtifactTarget};
 
@@ -24,6 +26,16 @@ pub struct ArtifactsConfig {
     pub root: PathBuf,
     /// The largest object taken (`artifacts.max_object_bytes`).
     pub max_object_bytes: u64,
+    /// For an `s3://` store: where the bucket is, and the master's own
+    /// credentials for it.
+    pub s3: Option<S3Access>,
+}
+
+/// A bucket and the keys to it.
+#[derive(Clone, Debug)]
+pub struct S3Access {
+    pub location: S3Location,
+    pub credentials: S3Credentials,
 }
 
 /// The store as the API and the host sessions use it.
@@ -33,6 +45,8 @@ pub struct Artifacts {
     pub spec: StoreSpec,
     pub root: PathBuf,
     pub max_object_bytes: u64,
+    /// Where an `s3://` store's bucket is, as hosts are told.
+    pub s3: Option<S3Location>,
     /// Hosts sign their uploads with it.
     pub secret: ClusterSecret,
 }
@@ -41,21 +55,37 @@ impl Artifacts {
     /// Opens the store, creating its directory: a directory that cannot be
     /// made stops the master's start, naming it.
     pub fn open(config: &ArtifactsConfig, secret: ClusterSecret) -> std::io::Result<Artifacts> {
-        let store = ArtifactStore::directory(&config.root).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "cannot open the artifact store ({}) at {}: {e}",
-                    config.spec,
-                    config.root.display()
-                ),
-            )
-        })?;
+        let store = match (&config.spec, &config.s3) {
+            (StoreSpec::S3 { .. }, Some(s3)) => ArtifactStore::s3(&s3.location, &s3.credentials)
+                .map_err(|e| {
+                    std::io::Error::other(format!(
+                        "cannot open the artifact store {}: {e}",
+                        config.spec
+                    ))
+                })?,
+            (StoreSpec::S3 { .. }, None) => {
+                return Err(std::io::Error::other(format!(
+                    "the artifact store {} has no location or credentials",
+                    config.spec
+                )))
+            }
+            _ => ArtifactStore::directory(&config.root).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot open the artifact store ({}) at {}: {e}",
+                        config.spec,
+                        config.root.display()
+                    ),
+                )
+            })?,
+        };
         Ok(Artifacts {
             store,
             spec: config.spec.clone(),
             root: config.root.clone(),
             max_object_bytes: config.max_object_bytes,
+            s3: config.s3.as_ref().map(|s3| s3.location.clone()),
             secret,
         })
     }
@@ -71,6 +101,20 @@ impl Artifacts {
                 path: path.display().to_string(),
                 api_url: api_url.to_string(),
             },
+            StoreSpec::S3 { bucket, prefix } => {
+                let at = self.s3.as_ref();
+                ArtifactRoute::S3 {
+                    bucket: bucket.clone(),
+                    prefix: prefix.clone(),
+                    endpoint: at.and_then(|l| l.endpoint.clone()),
+                    region: at.map_or_else(
+                        || trainyard_artifacts::s3::DEFAULT_REGION.to_string(),
+                        |l| l.region.clone(),
+                    ),
+                    allow_http: at.is_some_and(|l| l.allow_http),
+                    api_url: api_url.to_string(),
+                }
+            }
         };
         ArtifactTarget {
             route,
@@ -175,6 +219,7 @@ mod tests {
                 spec: StoreSpec::Embedded,
                 root: dir.path().join("artifacts"),
                 max_object_bytes: 5,
+                s3: None,
             },
             secret.clone(),
         )
@@ -191,8 +236,9 @@ mod tests {
                 spec: StoreSpec::Directory(dir.path().join("shared")),
                 root: dir.path().join("shared"),
                 max_object_bytes: 5,
+                s3: None,
             },
-            secret,
+            secret.clone(),
         )
         .unwrap();
         assert!(matches!(
@@ -200,5 +246,47 @@ mod tests {
             ArtifactRoute::Directory { .. }
         ));
         assert!(dir.path().join("shared").is_dir());
+        let location = S3Location {
+            bucket: "ty-artifacts".into(),
+            prefix: "c1".into(),
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            region: "eu-west-3".into(),
+            allow_http: true,
+        };
+        let bucket = Artifacts::open(
+            &ArtifactsConfig {
+                spec: StoreSpec::parse("s3://ty-artifacts/c1").unwrap(),
+                root: dir.path().join("unused"),
+                max_object_bytes: 5,
+                s3: Some(S3Access {
+                    location,
+                    credentials: S3Credentials {
+                        access_key_id: "AKID".into(),
+                        secret_access_key: "never-sent".into(),
+                        session_token: None,
+                        source: "artifacts.s3",
+                    },
+                }),
+            },
+            secret,
+        )
+        .unwrap();
+        let route = bucket.target("http://m:7701").route;
+        assert_eq!(
+            route,
+            ArtifactRoute::S3 {
+                bucket: "ty-artifacts".into(),
+                prefix: "c1".into(),
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                region: "eu-west-3".into(),
+                allow_http: true,
+                api_url: "http://m:7701".into(),
+            }
+        );
+        assert!(
+            !format!("{route:?}").contains("never-sent"),
+            "hosts are never told a credential"
+        );
+        assert_eq!(bucket.store.describe(), "s3://ty-artifacts/c1");
     }
 }

@@ -260,7 +260,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
     let api_url = leadership::candidate(&config, hosts_addr, api_addr).api_url;
     let artifact_target = artifacts.as_ref().map(|a| a.target(&api_url));
     if let Some(a) = &artifacts {
-        tracing::info!(store = %a.spec, root = %a.root.display(), "artifact store ready");
+        tracing::info!(store = %a.spec, at = %a.store.describe(), "artifact store ready");
     }
 
     tasks.spawn(scheduler.run(until_stopped()));

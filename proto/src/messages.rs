@@ -132,13 +132,30 @@ pub enum ArtifactRoute {
     /// shared filesystem): hosts write the objects themselves, then ask the
     /// master's API to record them.
     Directory { path: String, api_url: String },
+    /// A bucket of an S3-compatible object store: hosts upload the objects
+    /// themselves (in parts), signing with credentials of their own
+    /// configuration — never sent here — then ask the master's API to
+    /// record them.
+    S3 {
+        bucket: String,
+        /// Objects live under it; empty for the bucket's root.
+        prefix: String,
+        /// The server's URL; `None` for AWS itself.
+        endpoint: Option<String>,
+        region: String,
+        /// Whether a plain `http://` endpoint is allowed.
+        allow_http: bool,
+        api_url: String,
+    },
 }
 
 impl ArtifactRoute {
     /// The master's API, where objects are recorded whatever holds them.
     pub fn api_url(&self) -> &str {
         match self {
-            Self::Master { api_url } | Self::Directory { api_url, .. } => api_url,
+            Self::Master { api_url }
+            | Self::Directory { api_url, .. }
+            | Self::S3 { api_url, .. } => api_url,
         }
     }
 }

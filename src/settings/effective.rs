@@ -5,7 +5,11 @@ use super::{Origin, Settings, Source};
 use serde_json::Value;
 
 /// Keys whose value is a secret: shown as [`REDACTED`] when set.
-pub const SECRET_KEYS: [&str; 2] = ["cluster.secret", "api.token"];
+pub const SECRET_KEYS: [&str; 3] = [
+    "cluster.secret",
+    "api.token",
+    "artifacts.s3.secret_access_key",
+];
 
 /// What a secret is shown as.
 pub const REDACTED: &str = "***";

@@ -10,6 +10,9 @@
 //!   is already set; a test that needs it fails with a message saying so when
 //!   it is missing or down.
 //!
+//! - [`S3Server`]: a private S3-protocol server (`s3s-fs`, which `make
+//!   test` installs under `target/`) on a free loopback port, for the
+//!   artifact store's `s3://` backend.
 //! - [`browser`]: headless Chromium through WebDriver, for the dashboard.
 //! - [`adapter_cache`]: one compiled-adapter cache for every host of a test
 //!   run, so each adapter is compiled once rather than once per test.
@@ -20,6 +23,9 @@
 //! Tests sharing one Redis keep apart by key prefix ([`unique_prefix`]).
 
 pub mod browser;
+mod s3_server;
+
+pub use s3_server::{s3_server_binary, S3Server, S3_SERVER_VERSION};
 
 use rand::Rng;
 use std::path::{Path, PathBuf};

@@ -13,6 +13,8 @@
 //! logs, traces) after the test and prints where it is.
 #![allow(dead_code)]
 
+pub mod stall_proxy;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

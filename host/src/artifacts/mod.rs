@@ -4,8 +4,11 @@
 //! store, and places the checkpoint a new attempt resumes from.
 //!
 //! The master says in its welcome where objects go
-//! ([`ArtifactTarget`]): through its API (the embedded store) or into a
-//! directory every machine mounts (`file://`). Either way a file is read
+//! ([`ArtifactTarget`]): through its API (the embedded store), into a
+//! directory every machine mounts (`file://`), or into an S3 bucket
+//! (`s3://`), which the host signs its requests to with credentials of its
+//! own configuration (the master names the bucket, never a key), uploading
+//! a large file in parts. Either way a file is read
 //! through the workspace's handle (no link leads out of the workspace),
 //! streamed in chunks and never held whole in memory, checksummed
 //! (SHA-256) on the way, and recorded by the master only once complete.
@@ -22,7 +25,9 @@ use crate::workspace::{Workspace, WorkspaceError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use trainyard_artifacts::{object_key, ArtifactKind, ArtifactStore, Digest, PutError};
+use trainyard_artifacts::{
+    object_key, ArtifactKind, ArtifactStore, Digest, PutError, S3Credentials, S3Location,
+};
 use trainyard_proto::auth::ClusterSecret;
 use trainyard_proto::messages::{ArtifactRoute, ArtifactTarget, StoredObject};
 use trainyard_proto::{AttemptRef, HostId};
@@ -72,6 +77,14 @@ pub enum ShipError {
     },
     #[error("the artifact store: {0}")]
     Store(String),
+    #[error("the artifact store {store} refused {name}: {message}")]
+    StoreRefused {
+        store: String,
+        name: String,
+        message: String,
+    },
+    #[error("this host has no credentials for the artifact store {store}: set artifacts.s3.access_key_id and artifacts.s3.secret_access_key_file (or the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY environment variables) in the host's configuration")]
+    NoCredentials { store: String },
 }
 
 impl ShipError {
@@ -94,12 +107,40 @@ impl ShipError {
         }
     }
 
-    /// Whether trying again now may help.
+    /// Whether the host is at fault: its store refused the object (wrong
+    /// credentials, no such bucket, a full disk) or it has no credentials
+    /// for it. Another host may store it: the attempt is not the task's.
+    pub fn host_caused(&self) -> bool {
+        match self {
+            ShipError::StoreRefused { .. } | ShipError::NoCredentials { .. } => true,
+            ShipError::Refused { status, .. } => *status == 507,
+            _ => false,
+        }
+    }
+
+    /// Whether trying again now may help (the store's own client has
+    /// already retried each request with backoff; a refusal is tried
+    /// again too, for a server that refused while it restarted).
     fn transient(&self) -> bool {
         match self {
-            ShipError::Transport(_) => true,
+            ShipError::Transport(_) | ShipError::StoreRefused { .. } => true,
             ShipError::Refused { status, .. } => *status >= 500,
             _ => false,
+        }
+    }
+
+    /// A failure of the store `store` writing or reading `name`.
+    fn of_store(store: &ArtifactStore, name: &str, error: PutError) -> ShipError {
+        if error.unreachable() {
+            return ShipError::Transport(error.to_string());
+        }
+        ShipError::StoreRefused {
+            store: store.describe(),
+            name: name.to_string(),
+            message: match error {
+                PutError::Store { error, .. } => error.to_string(),
+                other => other.to_string(),
+            },
         }
     }
 }
@@ -130,6 +171,8 @@ impl OpenedFile {
 pub struct Shipper {
     target: watch::Receiver<Option<ArtifactTarget>>,
     http: http::MasterApi,
+    /// This host's keys to an S3 store, from its own configuration.
+    credentials: Option<S3Credentials>,
 }
 
 impl Shipper {
@@ -139,10 +182,59 @@ impl Shipper {
         host: HostId,
         secret: ClusterSecret,
         tls: Option<trainyard_proto::tls::rustls::ClientConfig>,
+        credentials: Option<S3Credentials>,
     ) -> Result<(Shipper, watch::Sender<Option<ArtifactTarget>>), String> {
         let (told, target) = watch::channel(None);
         let http = http::MasterApi::new(host, secret, tls)?;
-        Ok((Shipper { target, http }, told))
+        let shipper = Shipper {
+            target,
+            http,
+            credentials,
+        };
+        Ok((shipper, told))
+    }
+
+    /// The store the host writes into itself (`file://`, `s3://`); `None`
+    /// for the embedded store, which the master writes.
+    fn own_store(&self, route: &ArtifactRoute) -> Result<Option<ArtifactStore>, ShipError> {
+        match route {
+            ArtifactRoute::Master { .. } => Ok(None),
+            ArtifactRoute::Directory { path, .. } => {
+                ArtifactStore::directory(std::path::Path::new(path))
+                    .map(Some)
+                    .map_err(|e| ShipError::StoreRefused {
+                        store: format!("file://{path}"),
+                        name: path.clone(),
+                        message: format!("cannot open the directory: {e}"),
+                    })
+            }
+            ArtifactRoute::S3 {
+                bucket,
+                prefix,
+                endpoint,
+                region,
+                allow_http,
+                ..
+            } => {
+                let location = S3Location {
+                    bucket: bucket.clone(),
+                    prefix: prefix.clone(),
+                    endpoint: endpoint.clone(),
+                    region: region.clone(),
+                    allow_http: *allow_http,
+                };
+                let credentials = self.credentials.as_ref().ok_or(ShipError::NoCredentials {
+                    store: location.url(),
+                })?;
+                ArtifactStore::s3(&location, credentials)
+                    .map(Some)
+                    .map_err(|e| ShipError::StoreRefused {
+                        store: location.url(),
+                        name: "every object".into(),
+                        message: format!("its client cannot be set up: {e}"),
+                    })
+            }
+        }
     }
 
     /// Whether the master named a store: without one, checkpoints travel
@@ -200,54 +292,55 @@ impl Shipper {
         file: &OpenedFile,
     ) -> Result<StoredObject, ShipError> {
         let (chunks, digest) = chunks::read(file)?;
-        match &target.route {
-            ArtifactRoute::Master { api_url } => {
-                let stored = self
-                    .http
-                    .put(api_url, attempt, kind, &file.name, file.size, chunks)
-                    .await?;
-                let read = digest.lock().expect("digest").clone().hex();
-                if stored.sha256 != read || stored.size != file.size {
-                    return Err(ShipError::Changed {
-                        name: file.name.clone(),
-                        stored: stored.sha256,
-                        read,
-                    });
-                }
-                Ok(stored)
+        let api_url = target.route.api_url();
+        let Some(store) = self.own_store(&target.route)? else {
+            let stored = self
+                .http
+                .put(api_url, attempt, kind, &file.name, file.size, chunks)
+                .await?;
+            let read = digest.lock().expect("digest").clone().hex();
+            if stored.sha256 != read || stored.size != file.size {
+                return Err(ShipError::Changed {
+                    name: file.name.clone(),
+                    stored: stored.sha256,
+                    read,
+                });
             }
-            ArtifactRoute::Directory { path, api_url } => {
-                let store = ArtifactStore::directory(std::path::Path::new(path))
-                    .map_err(|e| ShipError::Store(format!("cannot open {path}: {e}")))?;
-                let key = object_key(
-                    attempt.task,
-                    attempt.attempt,
-                    kind,
-                    rand::random(),
-                    &file.name,
-                );
-                let written = store
-                    .put_stream(&key, chunks, target.max_object_bytes)
-                    .await
-                    .map_err(|e| match e {
-                        PutError::TooLarge { limit } => ShipError::TooLarge {
-                            name: file.name.clone(),
-                            size: file.size,
-                            limit,
-                        },
-                        other => ShipError::Store(other.to_string()),
-                    })?;
-                let recorded = self
-                    .http
-                    .register(api_url, attempt, kind, &file.name, &key, &written)
-                    .await;
-                if recorded.is_err() {
-                    // Nothing names it: no object is left behind.
-                    let _ = store.delete(&key).await;
+            return Ok(stored);
+        };
+        let key = object_key(
+            attempt.task,
+            attempt.attempt,
+            kind,
+            rand::random(),
+            &file.name,
+        );
+        // Visible at `key` only once complete: a host killed before then
+        // leaves no object (at most parts of an upload never completed).
+        let written = store
+            .put_stream(&key, chunks, target.max_object_bytes)
+            .await
+            .map_err(|e| match e {
+                PutError::TooLarge { limit } => ShipError::TooLarge {
+                    name: file.name.clone(),
+                    size: file.size,
+                    limit,
+                },
+                // The file, not the store: it shrank while it was read.
+                PutError::Source(why) => {
+                    ShipError::Store(format!("cannot read {}: {why}", file.name))
                 }
-                recorded
-            }
+                other => ShipError::of_store(&store, &file.name, other),
+            })?;
+        let recorded = self
+            .http
+            .register(api_url, attempt, kind, &file.name, &key, &written)
+            .await;
+        if recorded.is_err() {
+            // Nothing names it: no object is left behind.
+            let _ = store.delete(&key).await;
         }
+        recorded
     }
 
     /// Places the stored checkpoint `object` at `name` in `workspace`,
@@ -290,18 +383,20 @@ impl Shipper {
     ) -> Result<(), ShipError> {
         let file = workspace.create_file(name)?;
         let mut digest = Digest::new();
-        let written = match &target.route {
-            ArtifactRoute::Master { api_url } => {
+        let written = match self.own_store(&target.route)? {
+            None => {
+                let api_url = target.route.api_url();
                 let bytes = self.http.get(api_url, attempt.task, object.id).await?;
                 chunks::write(file, bytes, &mut digest).await
             }
-            ArtifactRoute::Directory { path, .. } => {
-                let store = ArtifactStore::directory(std::path::Path::new(path))
-                    .map_err(|e| ShipError::Store(format!("cannot open {path}: {e}")))?;
-                let read = store
-                    .read(&object.key, None)
-                    .await
-                    .map_err(|e| ShipError::Store(e.to_string()))?;
+            Some(store) => {
+                let read = store.read(&object.key, None).await.map_err(|e| {
+                    let error = PutError::Store {
+                        store: store.describe(),
+                        error: e,
+                    };
+                    ShipError::of_store(&store, name, error)
+                })?;
                 chunks::write(file, read.bytes, &mut digest).await
             }
         };
@@ -359,5 +454,38 @@ mod tests {
             message: "x".into(),
         };
         assert!(!gone.transient());
+    }
+
+    #[test]
+    fn a_store_that_refuses_or_a_host_without_keys_is_the_hosts_fault() {
+        let refused = ShipError::StoreRefused {
+            store: "s3://ty/c1".into(),
+            name: "ckpt.bin".into(),
+            message: "403 Forbidden".into(),
+        };
+        assert!(refused.host_caused());
+        assert!(refused.retryable());
+        assert!(!refused.store_unreachable());
+        assert!(refused.to_string().contains("s3://ty/c1 refused ckpt.bin"));
+        let keyless = ShipError::NoCredentials {
+            store: "s3://ty".into(),
+        };
+        assert!(keyless.host_caused());
+        assert!(keyless
+            .to_string()
+            .contains("no credentials for the artifact store s3://ty"));
+        let full = ShipError::Refused {
+            name: "m".into(),
+            status: 507,
+            message: "No space left on device".into(),
+        };
+        assert!(full.host_caused() && !full.store_unreachable());
+        assert!(!ShipError::Transport("reset".into()).host_caused());
+        let too_large = ShipError::TooLarge {
+            name: "m".into(),
+            size: 2,
+            limit: 1,
+        };
+        assert!(!too_large.host_caused(), "the file is at fault");
     }
 }

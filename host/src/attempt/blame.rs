@@ -11,6 +11,8 @@
 //!   trainer's user cannot execute it, the supervisor cannot set up the
 //!   cgroup, namespaces or filters);
 //! - the trainer's supervisor is lost;
+//! - the artifact store refused what the attempt left (wrong or missing
+//!   credentials, no such bucket, a full disk): the trainer did its part;
 //! - the kernel killed the trainer for memory under a limit the host set
 //!   (the task asked for no memory of its own) before the trainer reported
 //!   any progress, and a bare interpreter (`python3 -c pass`) is killed
@@ -33,6 +35,8 @@ pub enum Failure {
     Launch,
     /// The supervisor vanished or broke its protocol.
     SupervisorLost,
+    /// The artifact store refused to store or hand back an object.
+    StoreRefused,
     /// The kernel killed the trainer at its memory limit.
     MemoryLimit {
         /// The limit was the task's own request.
@@ -58,7 +62,9 @@ pub enum Blame {
 /// Whose `failure` is.
 pub fn blame(failure: Failure) -> Blame {
     match failure {
-        Failure::Workspace | Failure::Launch | Failure::SupervisorLost => Blame::Host,
+        Failure::Workspace | Failure::Launch | Failure::SupervisorLost | Failure::StoreRefused => {
+            Blame::Host
+        }
         Failure::MemoryLimit {
             asked_by_task: false,
             progressed: false,
@@ -83,7 +89,12 @@ mod tests {
 
     #[test]
     fn a_launch_workspace_or_supervisor_failure_is_the_hosts() {
-        for f in [Failure::Workspace, Failure::Launch, Failure::SupervisorLost] {
+        for f in [
+            Failure::Workspace,
+            Failure::Launch,
+            Failure::SupervisorLost,
+            Failure::StoreRefused,
+        ] {
             assert_eq!(blame(f), Blame::Host, "{f:?}");
         }
         assert_eq!(

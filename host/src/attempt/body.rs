@@ -282,6 +282,10 @@ impl Run<'_> {
                 tracing::warn!(%attempt, error = %e, "the previous checkpoint is not handed on; starting without it");
                 Ok(None)
             }
+            Err(e) if e.host_caused() => Err(blame::outcome(
+                Failure::StoreRefused,
+                format!("cannot fetch the previous checkpoint {name}: {e}"),
+            )),
             Err(e) => Err(failed(
                 format!("cannot fetch the previous checkpoint {name}: {e}"),
                 true,
@@ -683,6 +687,10 @@ impl Run<'_> {
                         }),
                     }
                 }
+                Err(e) if e.host_caused() => blame::outcome(
+                    Failure::StoreRefused,
+                    format!("the trainer succeeded but its artifacts were not all stored: {e}"),
+                ),
                 Err(e) => failed(
                     format!("the trainer succeeded but its artifacts were not all stored: {e}"),
                     e.retryable(),
