@@ -9,6 +9,8 @@
 //! - [`scheduler`]: the single writer of task state — queue, dispatch,
 //!   reports, the recovery sweep.
 //! - [`recovery`]: the sweep's and reports' decisions as pure functions.
+//! - [`stall`]: stalled trainers — what a STALLED attempt does to its
+//!   task, how long a running attempt has been quiet.
 //! - [`standing`]: whether a host takes new work — drain, quarantine and
 //!   its probe — as pure functions.
 //! - [`sweep`], [`reconcile`]: the Redis reads (and fences) they rest on.
@@ -42,6 +44,7 @@ pub mod recovery;
 pub mod scheduler;
 pub mod search;
 pub mod sessions;
+pub mod stall;
 pub mod standing;
 pub mod store;
 pub mod sweep;
@@ -248,6 +251,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             versions: config.unpinned_version,
             term,
             quarantine: config.quarantine.clone(),
+            free_stalled_retries: config.free_stalled_retries,
         },
     )
     .await?;
