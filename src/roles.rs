@@ -39,6 +39,7 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         advertise_hosts: s.master.advertise_hosts.clone(),
         advertise_api: s.master.advertise_api.clone(),
         quarantine: s.master.quarantine.clone(),
+        free_stalled_retries: s.master.free_stalled_retries,
         artifacts: Some(artifacts_config(s)?),
     })
 }
@@ -197,6 +198,7 @@ fn attempt_config(s: &Settings, secret: ClusterSecret) -> anyhow::Result<HostCon
             programs: a.programs.clone(),
             containment: a.containment(),
             python: a.python.clone(),
+            progress_timeout: a.progress_timeout,
         })
         .collect();
     config.containment = s.host.containment.clone();

@@ -173,6 +173,9 @@ pub struct MasterSection {
     pub advertise_api: Option<String>,
     /// When a host failing for its own reasons is quarantined, and probed.
     pub quarantine: trainyard_master::standing::QuarantinePolicy,
+    /// How many of a task's stalled attempts (no progress for its
+    /// progress timeout) are requeued without using one of its attempts.
+    pub free_stalled_retries: u32,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -256,6 +259,15 @@ pub struct AdapterEntry {
     /// `python = { requirements = ["numpy>=1.26"] }`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<trainyard_host::python_env::PythonRequirements>,
+    /// How long its trainers may go without a progress event when their
+    /// task sets no `progress_timeout_secs` (`progress_timeout = "10m"`);
+    /// unset: no limit.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub progress_timeout: Option<Duration>,
 }
 
 impl AdapterEntry {
@@ -271,6 +283,7 @@ impl AdapterEntry {
             allow_syscalls: vec![],
             limits: Default::default(),
             python: None,
+            progress_timeout: None,
         }
     }
 
@@ -340,6 +353,7 @@ impl Default for MasterSection {
             advertise_api: None,
             unpinned_version: Default::default(),
             quarantine: Default::default(),
+            free_stalled_retries: trainyard_master::stall::DEFAULT_FREE_STALLED_RETRIES,
         }
     }
 }
@@ -672,6 +686,36 @@ mod tests {
             source.origin("timers.lease_ttl"),
             Origin::Flag("--set timers.lease_ttl".into())
         );
+    }
+
+    #[test]
+    fn an_adapter_entry_may_set_a_default_progress_timeout_and_stalls_are_free_once() {
+        let f = with_file(
+            "[master]\nfree_stalled_retries = 2\n\n\
+             [[host.adapters]]\npath = \"adapters/dist/python-trainer.wasm\"\n\
+             programs = [\"python3\"]\nprogress_timeout = \"10m\"\n\n\
+             [[host.adapters]]\npath = \"adapters/dist/noop.wasm\"\nprograms = [\"true\"]\n",
+        );
+        let (s, _) = Settings::load_from(Inputs {
+            file: Some(f.path().to_path_buf()),
+            ..Inputs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            s.host.adapters[0].progress_timeout,
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(s.host.adapters[1].progress_timeout, None);
+        assert_eq!(s.master.free_stalled_retries, 2);
+        assert_eq!(Settings::default().master.free_stalled_retries, 1);
+        let bad = with_file("[[host.adapters]]\npath = \"a.wasm\"\nprogress_timeout = \"soon\"\n");
+        let e = Settings::load_from(Inputs {
+            file: Some(bad.path().to_path_buf()),
+            ..Inputs::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("progress_timeout"), "{e}");
     }
 
     #[test]

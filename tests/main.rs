@@ -34,5 +34,6 @@ mod python_adapter;
 mod python_envs;
 mod reconnect;
 mod recovery;
+mod stalled;
 mod sweeps;
 mod tls;

@@ -118,6 +118,7 @@ async fn two_hundred_hosts_all_reregister_spread_out_after_a_master_restart() {
             programs: vec!["true".into()],
             containment: Default::default(),
             python: None,
+            progress_timeout: None,
         }];
         let log = attempts.clone();
         let observer: trainyard_host::link::connection::AttemptObserver = Arc::new(move |e| {

@@ -92,6 +92,7 @@ impl Fleet {
                     programs: programs.clone(),
                     containment: Default::default(),
                     python: None,
+                    progress_timeout: None,
                 })
                 .collect();
             let log = journal.clone();

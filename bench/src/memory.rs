@@ -160,6 +160,7 @@ pub async fn seed_parked(url: &str, n: usize) -> anyhow::Result<Duration> {
                 priority: 0,
                 max_attempts: 3,
                 timeout_secs: None,
+                progress_timeout_secs: None,
                 resources: Default::default(),
             })
             .collect();

@@ -129,6 +129,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                 priority: 0,
                 max_attempts: 3,
                 timeout_secs: None,
+                progress_timeout_secs: None,
                 resources: Default::default(),
             })
             .collect();

@@ -24,6 +24,9 @@ pub struct AdapterConfig {
     pub containment: AdapterContainment,
     /// The Python environment its trainers run in, if any.
     pub python: Option<PythonRequirements>,
+    /// How long its trainers may go without progress when their task sets
+    /// no `progress_timeout_secs` ([`crate::attempt::stall`]).
+    pub progress_timeout: Option<Duration>,
 }
 
 /// What to do when an adapter fails to load.

@@ -187,6 +187,7 @@ pub async fn load_adapter(
         allowlist: Arc::new(allowlist),
         containment: Arc::new(spec.containment.clone()),
         python: spec.python.clone().map(Arc::new),
+        progress_timeout: spec.progress_timeout,
     })
 }
 

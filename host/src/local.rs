@@ -68,6 +68,7 @@ impl LocalTask {
                 .clone()
                 .map(|(name, data)| Checkpoint::File { name, data }),
             timeout_secs: self.timeout_secs,
+            progress_timeout_secs: None,
             resources: Default::default(),
         }
     }

@@ -525,6 +525,9 @@ async function taskPage(ctx, view, _params, id) {
         el("dt", {}, "created"), el("dd", {}, fmtTime(t.created_at_ms)),
         el("dt", {}, "ran"), el("dd", {}, t.started_at_ms ? `${fmtDuration(t.started_at_ms, t.finished_at_ms)}${t.finished_at_ms ? "" : " so far"}` : "not started"),
         t.waiting ? [el("dt", {}, "waiting"), el("dd", {}, t.waiting)] : null,
+        t.progress_timeout_secs ? [el("dt", {}, "stalls after"), el("dd", {}, `${t.progress_timeout_secs} s without progress`)] : null,
+        t.quiet_for_ms !== undefined && t.quiet_for_ms !== null
+          ? [el("dt", {}, "quiet for"), el("dd", { id: "quiet-for" }, fmtDuration(1, 1 + t.quiet_for_ms))] : null,
         t.error ? [el("dt", {}, "error"), el("dd", { class: "error" }, t.error)] : null)),
       panel("Progress",
         el("div", { class: "cards" },
@@ -571,6 +574,8 @@ async function taskPage(ctx, view, _params, id) {
         const p = pointOfEvent(e);
         if (loaded) { if (c.add(p)) c.draw(); } else early.push(p);
         detail.progress = e.progress;
+        // Progress just came: the attempt is not quiet (the next reload says by how long).
+        if (detail.quiet_for_ms !== undefined && detail.quiet_for_ms !== null) detail.quiet_for_ms = 0;
         renderSoon();
       }
     },

@@ -59,6 +59,9 @@ pub struct MasterConfig {
     pub advertise_api: Option<String>,
     /// When a host is quarantined and probed (`master.quarantine`).
     pub quarantine: crate::standing::QuarantinePolicy,
+    /// How many of a task's stalls do not use one of its attempts
+    /// (`master.free_stalled_retries`, see [`crate::stall`]).
+    pub free_stalled_retries: u32,
     /// Where the checkpoints and outputs hosts upload are kept; `None`:
     /// nowhere (checkpoints travel inline, as small as hosts allow).
     pub artifacts: Option<crate::artifacts::ArtifactsConfig>,
@@ -94,6 +97,7 @@ impl MasterConfig {
             advertise_hosts: None,
             advertise_api: None,
             quarantine: Default::default(),
+            free_stalled_retries: crate::stall::DEFAULT_FREE_STALLED_RETRIES,
             artifacts: None,
         }
     }

@@ -11,6 +11,8 @@
 //! - [`recovery`]: when anything dies — the sweep's and reports'
 //!   decisions as pure functions, and the Redis reads (and fences) they
 //!   rest on.
+//! - [`stall`]: stalled trainers — what a STALLED attempt does to its
+//!   task, how long a running attempt has been quiet.
 //! - [`standing`]: whether a host takes new work — drain, quarantine and
 //!   its probe — as pure functions.
 //! - [`search`]: sweeps (hyperparameter searches), their ranking and early
@@ -42,6 +44,7 @@ pub mod recovery;
 pub mod scheduler;
 pub mod search;
 pub mod sessions;
+pub mod stall;
 pub mod standing;
 pub mod store;
 
@@ -247,6 +250,7 @@ pub async fn start(config: MasterConfig) -> Result<RunningMaster, MasterError> {
             versions: config.unpinned_version,
             term,
             quarantine: config.quarantine.clone(),
+            free_stalled_retries: config.free_stalled_retries,
         },
     )
     .await?;

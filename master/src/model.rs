@@ -95,6 +95,11 @@ pub enum AttemptOutcome {
     /// Its host was drained with `--now` and stopped it: the task was
     /// requeued without using an attempt.
     Drained,
+    /// Its trainer reported no progress for the task's progress timeout
+    /// and its host stopped it: requeued from the last checkpoint, the
+    /// task's first stalls without using an attempt
+    /// (`master.free_stalled_retries`).
+    Stalled,
 }
 
 impl AttemptOutcome {
@@ -108,6 +113,7 @@ impl AttemptOutcome {
             Self::Rejected => "REJECTED",
             Self::HostFault => "HOST_FAULT",
             Self::Drained => "DRAINED",
+            Self::Stalled => "STALLED",
         }
     }
 
@@ -121,6 +127,7 @@ impl AttemptOutcome {
             Self::Rejected,
             Self::HostFault,
             Self::Drained,
+            Self::Stalled,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)
@@ -143,6 +150,9 @@ pub struct NewTask {
     pub max_attempts: u32,
     /// Wall-clock limit of each attempt's trainer.
     pub timeout_secs: Option<u64>,
+    /// How long each attempt's trainer may go without progress before its
+    /// host ends the attempt as stalled.
+    pub progress_timeout_secs: Option<u64>,
     /// CPUs, memory and GPUs it needs on one host.
     pub resources: ResourceRequest,
 }
@@ -270,6 +280,10 @@ pub struct Task {
     pub runs: u32,
     pub max_attempts: u32,
     pub timeout_secs: Option<u64>,
+    /// No progress for this long ends an attempt as stalled (`None`: the
+    /// adapter's default on the host, if any).
+    #[serde(default)]
+    pub progress_timeout_secs: Option<u64>,
     /// CPUs, memory and GPUs it needs on one host.
     #[serde(default)]
     pub resources: ResourceRequest,
@@ -318,6 +332,10 @@ pub struct TaskDetail {
     /// While PENDING: why no host has taken it yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// While RUNNING: how long since its trainer last reported progress
+    /// (or started), as the master heard it ([`crate::stall`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_for_ms: Option<u64>,
 }
 
 /// A host the master has seen, as persisted.

@@ -160,6 +160,7 @@ async fn submit_noop(s: &Setup) -> u64 {
             priority: 0,
             max_attempts: 5,
             timeout_secs: None,
+            progress_timeout_secs: None,
             resources: Default::default(),
         }])
         .await

@@ -58,7 +58,10 @@ pub use timers::Timers;
 /// Version 11 keeps checkpoints in the artifact store: the welcome says
 /// where hosts put them (`Welcome::artifacts`), and a checkpoint may be an
 /// object there (`Checkpoint::Stored`).
-pub const PROTOCOL_VERSION: u32 = 11;
+/// Version 12 ends an attempt whose trainer went quiet: a dispatch carries
+/// the task's `progress_timeout_secs`, and a host reports such an attempt
+/// as `Outcome::Stalled`.
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// Milliseconds since the Unix epoch, the one wall-clock unit on the wire and
 /// in the database.

@@ -208,6 +208,11 @@ pub struct Dispatch {
     pub checkpoint: Option<Checkpoint>,
     /// Wall-clock limit for the trainer, if the task has one.
     pub timeout_secs: Option<u64>,
+    /// How long the trainer may go without a progress event before the
+    /// host ends the attempt as stalled, if the task (or its sweep) sets
+    /// it; otherwise the adapter's entry on the host may.
+    #[serde(default)]
+    pub progress_timeout_secs: Option<u64>,
     /// What the task asked for; the host picks the devices.
     #[serde(default)]
     pub resources: ResourceRequest,
@@ -341,6 +346,10 @@ pub enum Outcome {
     /// The host could not renew the attempt's lease in time and stopped the
     /// trainer itself; the master may already have given the task away.
     LeaseLost { message: String },
+    /// The trainer was alive but reported no progress for the attempt's
+    /// progress timeout, so the host stopped it. `message` says how long it
+    /// was quiet and ends with its last output lines.
+    Stalled { message: String },
 }
 
 /// The final report of one attempt. The host keeps it, in memory and in

@@ -186,6 +186,7 @@ pub fn sample_task(
         runs: 1,
         max_attempts: 3,
         timeout_secs: None,
+        progress_timeout_secs: None,
         resources: Default::default(),
         host: Some("host-1".into()),
         slot: Some(0),

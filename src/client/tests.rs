@@ -218,6 +218,7 @@ async fn one_task_comes_back_with_its_attempts() {
             assignment: None,
         }],
         waiting: None,
+        quiet_for_ms: None,
     };
     let body = serde_json::to_string(&detail).unwrap();
     let server = serve(move |_| Reply::Json(200, body.clone())).await;
@@ -427,6 +428,7 @@ async fn a_read_served_by_a_standby_is_noted_once() {
         task: sample_task(2, TaskStatus::Pending),
         attempts: vec![],
         waiting: None,
+        quiet_for_ms: None,
     })
     .unwrap();
     let server = serve(move |_| standby(200, vec![], &detail)).await;
@@ -484,6 +486,7 @@ async fn a_read_a_master_took_without_answering_goes_to_the_next() {
         task: sample_task(2, TaskStatus::Pending),
         attempts: vec![],
         waiting: None,
+        quiet_for_ms: None,
     })
     .unwrap();
     let second = serve(move |_| Reply::Json(200, detail.clone())).await;

@@ -63,6 +63,10 @@ pub fn build_tasks(args: &SubmitArgs) -> Vec<Value> {
                 ("priority", flags.priority.map(|p| json!(p))),
                 ("max_attempts", flags.max_attempts.map(|m| json!(m))),
                 ("timeout_secs", flags.timeout_secs.map(|t| json!(t))),
+                (
+                    "progress_timeout_secs",
+                    flags.progress_timeout_secs.map(|t| json!(t)),
+                ),
                 ("name", flags.name.as_ref().map(|n| json!(n))),
             ];
             for (field, value) in optional {

@@ -89,7 +89,19 @@ pub fn render_report(detail: &TaskDetail) -> String {
             ),
         );
     }
+    if let Some(secs) = t.progress_timeout_secs {
+        line(
+            "stalls",
+            format!(
+                "after {} without progress",
+                format::duration(std::time::Duration::from_secs(secs))
+            ),
+        );
+    }
     line("progress", progress(t));
+    if let Some(quiet) = detail.quiet_for_ms {
+        line("quiet for", quiet_for(quiet, t.progress_timeout_secs));
+    }
     line(
         "checkpoint",
         t.checkpoint.as_ref().map_or_else(
@@ -160,6 +172,19 @@ fn status(t: &Task) -> String {
         ));
     }
     s
+}
+
+/// How long the running attempt has been quiet, and how close that is to
+/// its progress timeout.
+fn quiet_for(quiet_ms: u64, timeout_secs: Option<u64>) -> String {
+    let quiet = format::duration(std::time::Duration::from_millis(quiet_ms));
+    match timeout_secs {
+        Some(secs) => format!(
+            "{quiet} (stalled at {})",
+            format::duration(std::time::Duration::from_secs(secs))
+        ),
+        None => quiet,
+    }
 }
 
 fn progress(t: &Task) -> String {
@@ -239,6 +264,7 @@ mod tests {
                 attempt(2, AttemptOutcome::Completed),
             ],
             waiting: None,
+            quiet_for_ms: None,
         };
 
         let report = render_report(&detail);
@@ -290,6 +316,7 @@ mod tests {
             task: t,
             attempts: vec![],
             waiting: Some("needs 2 GPUs; largest free: 1 GPU on gpu-3".into()),
+            quiet_for_ms: None,
         });
         for expected in [
             "task 8\n",
@@ -326,6 +353,7 @@ mod tests {
             task: t,
             attempts: vec![],
             waiting: None,
+            quiet_for_ms: None,
         });
         assert!(
             report.contains("status      RUNNING, cancel requested\n"),
@@ -335,5 +363,33 @@ mod tests {
             report.contains("progress    episode 120/300, return 0.5, epsilon 0.1, (attempt 1, at 2023-11-14T22:13:20Z)\n"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_running_task_shows_how_long_it_has_been_quiet_against_its_progress_timeout() {
+        let mut t = sample_task(9, TaskStatus::Running);
+        t.progress_timeout_secs = Some(600);
+        let report = render_report(&TaskDetail {
+            task: t,
+            attempts: vec![],
+            waiting: None,
+            quiet_for_ms: Some(95_000),
+        });
+        assert!(
+            report.contains("stalls      after 10m00s without progress\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("quiet for   1m35s (stalled at 10m00s)\n"),
+            "{report}"
+        );
+        let quiet = render_report(&TaskDetail {
+            task: sample_task(3, TaskStatus::Running),
+            attempts: vec![],
+            waiting: None,
+            quiet_for_ms: Some(4_000),
+        });
+        assert!(quiet.contains("quiet for   4s\n"), "{quiet}");
+        assert!(!quiet.contains("stalls"), "{quiet}");
     }
 }

@@ -1,7 +1,8 @@
 //! The flags `submit` and `sweep` share, defined once: what a task asks of
 //! the cluster besides its adapter (its kind, name, params, priority,
-//! attempts, time limit, resources and first seed), and `--wait`. `submit`
-//! applies them to each copy of a task, `sweep` to each trial.
+//! attempts, time limit, progress timeout, resources and first seed), and
+//! `--wait`. `submit` applies them to each copy of a task, `sweep` to each
+//! trial.
 
 use serde_json::{json, Map, Value};
 
@@ -28,6 +29,14 @@ pub struct TaskFlags {
     /// Wall-clock limit of each run of the trainer, in seconds
     #[arg(long = "timeout", value_name = "SECS")]
     pub timeout_secs: Option<u64>,
+    /// End a run as stalled when its trainer reports no progress for this many seconds
+    /// (requeued from its last checkpoint) [default: the adapter's, on the host]
+    #[arg(
+        long = "progress-timeout",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub progress_timeout_secs: Option<i64>,
     /// CPUs each task needs on its host (fractions allowed, e.g. 0.5)
     #[arg(long, value_name = "N")]
     pub cpus: Option<f64>,

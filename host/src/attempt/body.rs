@@ -20,6 +20,7 @@
 
 use super::blame::{self, Failure};
 use super::keep::{self, CheckpointUploads};
+use super::stall::{self, StallWatch};
 use super::throttle::Throttle;
 use super::{Adapter, Control, HostEnv};
 use crate::adapters::plan;
@@ -87,6 +88,7 @@ impl Body<'_> {
             trainer: None,
             last_progress: None,
             uploads: None,
+            stall: StallWatch::off(),
         };
         let (outcome, workspace) = run
             .execute(self.adapter, self.dispatch, control, lease)
@@ -135,6 +137,7 @@ pub fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::HostFault { .. } => "failed (the host's fault)",
         Outcome::Cancelled => "cancelled",
         Outcome::LeaseLost { .. } => "lease lost",
+        Outcome::Stalled { .. } => "stalled",
     }
 }
 
@@ -152,6 +155,7 @@ fn exit_reason(ended: Option<&Ended>, exit: &TrainerExit) -> &'static str {
         Some(Ended::Stopped(_)) => return "stopped",
         Some(Ended::LeaseLost(_)) => return "lease_lost",
         Some(Ended::TimedOut(_)) => return "timed_out",
+        Some(Ended::Stalled(_)) => return "stalled",
         Some(Ended::Shutdown) => return "shutdown",
         Some(Ended::AdapterFault(_)) => return "adapter_fault",
         None => {}
@@ -174,6 +178,8 @@ enum Ended {
     Stopped(String),
     LeaseLost(String),
     TimedOut(u64),
+    /// No progress for the attempt's progress timeout; quiet this long.
+    Stalled(Duration),
     Shutdown,
     AdapterFault(String),
 }
@@ -195,6 +201,8 @@ struct Run<'a> {
     last_progress: Option<Progress>,
     /// The checkpoints being stored, when there is an artifact store.
     uploads: Option<CheckpointUploads>,
+    /// Whether the trainer still makes progress ([`stall`]).
+    stall: StallWatch,
 }
 
 impl Run<'_> {
@@ -439,6 +447,8 @@ impl Run<'_> {
             .timeout_secs
             .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
         let grace = config.timers.stop_grace;
+        let limit = stall::effective(dispatch.progress_timeout_secs, adapter.progress_timeout);
+        self.stall.start(limit);
         // `wait` consumes the trainer; orders go through its control handle
         // while the wait runs alongside the output.
         let trainer_control = trainer.control();
@@ -448,6 +458,7 @@ impl Run<'_> {
         let mut lines_open = true;
         let exit = loop {
             let flush_at = self.progress.flush_at();
+            let stall_at = self.stall.deadline();
             tokio::select! {
                 exit = &mut wait => break exit,
                 line = lines.recv(), if lines_open => {
@@ -461,6 +472,7 @@ impl Run<'_> {
                             ended = Some(Ended::AdapterFault(fault));
                         }
                     }
+                    self.stall.saw_line(&line);
                     self.logs.push(LogStream::Stdout, line);
                 }
                 Some(order) = control.recv(), if ended.is_none() => {
@@ -487,6 +499,10 @@ impl Run<'_> {
                 _ = sleep_until_opt(time_limit), if ended.is_none() && time_limit.is_some() => {
                     trainer_control.stop(grace);
                     ended = Some(Ended::TimedOut(dispatch.timeout_secs.unwrap_or(0)));
+                }
+                _ = sleep_until_opt(stall_at), if ended.is_none() && stall_at.is_some() => {
+                    trainer_control.stop(grace);
+                    ended = Some(Ended::Stalled(self.stall.quiet()));
                 }
                 _ = sleep_until_opt(flush_at), if flush_at.is_some() => {
                     self.flush_progress().await;
@@ -543,6 +559,7 @@ impl Run<'_> {
                     false,
                 )
             }
+            Some(Ended::Stalled(quiet)) => return self.stall.outcome(quiet, &exit.stderr_tail),
             Some(Ended::Shutdown) => {
                 return failed("the host shut down while the trainer ran", true)
             }
@@ -790,6 +807,7 @@ impl Run<'_> {
             (checkpoint, _) => checkpoint.and_then(|c| self.capture(c, workspace)),
         };
         let urgent = checkpoint.is_some();
+        self.stall.progressed();
         self.last_progress = Some(event.progress.clone());
         self.progress.offer(ProgressUpdate {
             attempt: self.attempt,

@@ -13,12 +13,14 @@
 //! for a memory kill); [`throttle`] keeps progress updates to one per
 //! interval.
 //! [`throttle`] keeps progress updates to one per interval; [`keep`] stores
-//! the checkpoints and outputs an attempt leaves.
+//! the checkpoints and outputs an attempt leaves; [`stall`] ends an attempt
+//! whose trainer stopped making progress.
 
 pub mod baseline;
 pub mod blame;
 pub mod body;
 mod keep;
+pub mod stall;
 mod throttle;
 
 pub use body::{outcome_name, Body, Ending};
@@ -90,6 +92,9 @@ pub struct Adapter {
     pub containment: Arc<crate::containment::AdapterContainment>,
     /// The requirements of the Python environment its trainers run in.
     pub python: Option<Arc<crate::python_env::PythonRequirements>>,
+    /// Its entry's default progress timeout, for tasks that set none
+    /// ([`stall`]).
+    pub progress_timeout: Option<std::time::Duration>,
 }
 
 /// Runs the attempt to its end, with the devices and share in

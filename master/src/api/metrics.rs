@@ -226,6 +226,33 @@ impl MasterScrape {
             "host_standing",
             "Each connected host's standing: open, drained or quarantined (taking no new work but a probe task).",
             standing,
+        )?;
+        self.encode_quiet(encoder)
+    }
+
+    /// Each running attempt's seconds since its last progress, so a hang
+    /// shows before its progress timeout (or wall-clock limit) ends it.
+    fn encode_quiet(&self, encoder: &mut DescriptorEncoder) -> Result<(), Error> {
+        let now_ms = trainyard_proto::now_ms();
+        let quiet = self.snapshot.hosts.iter().flat_map(|h| {
+            h.running.iter().filter_map(move |r| {
+                let since = r.quiet_since_ms?;
+                let labels = [
+                    ("task", r.task.to_string()),
+                    ("attempt", r.attempt.to_string()),
+                    ("host", h.id.clone()),
+                ];
+                Some((
+                    labels,
+                    gauge(u64::try_from(now_ms - since).unwrap_or(0) / 1000),
+                ))
+            })
+        });
+        family(
+            encoder,
+            "attempt_quiet_seconds",
+            "Each running attempt's seconds since its trainer last reported progress (or started), as the master heard it.",
+            quiet,
         )
     }
 }

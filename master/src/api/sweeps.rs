@@ -41,6 +41,7 @@ fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<New
                 priority: spec.priority,
                 max_attempts: spec.max_attempts,
                 timeout_secs: spec.timeout_secs,
+                progress_timeout_secs: spec.progress_timeout_secs,
                 name: spec.name.clone(),
                 resources: resources()?,
             }
@@ -175,7 +176,7 @@ mod tests {
         let spec: SweepSpec = serde_json::from_value(json!({
             "adapter": "python-trainer", "metric": "mean_return", "seeds": 3,
             "grid": {"learning_rate": [0.1, 0.5]}, "params": {"episodes": 40},
-            "resources": {"cpus": 0.5}, "priority": 2
+            "resources": {"cpus": 0.5}, "priority": 2, "progress_timeout_secs": 300
         }))
         .unwrap();
         let (sweep, tasks) = plan(spec, 3).unwrap();
@@ -184,6 +185,10 @@ mod tests {
         assert!(tasks
             .iter()
             .all(|t| t.priority == 2 && t.resources.cpus == Some(0.5)));
+        assert!(
+            tasks.iter().all(|t| t.progress_timeout_secs == Some(300)),
+            "each trial gets the sweep's progress timeout"
+        );
         let stored: Value = serde_json::from_str(&sweep.spec).unwrap();
         assert!(stored["sweep_seed"].is_u64(), "{stored}");
         assert_eq!(
@@ -199,6 +204,13 @@ mod tests {
         }))
         .unwrap();
         assert!(plan(spec, 3).unwrap_err().contains("max_attempts"));
+        let spec: SweepSpec = serde_json::from_value(json!({
+            "adapter": "python-trainer", "metric": "m", "progress_timeout_secs": -1
+        }))
+        .unwrap();
+        assert!(plan(spec, 3)
+            .unwrap_err()
+            .contains("\"progress_timeout_secs\" must be between 1 and"));
     }
 }
 

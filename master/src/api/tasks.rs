@@ -12,13 +12,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use trainyard_proto::adapter_version::{split_spec, VersionPin};
 use trainyard_proto::resources::{memory_amount, ResourceRequest};
-use trainyard_proto::TaskId;
+use trainyard_proto::{now_ms, TaskId};
 
 /// Largest params document accepted per task.
 const MAX_PARAMS_BYTES: usize = 1 << 20;
 /// Most tasks in one batch submission.
 pub const MAX_BATCH: usize = 10_000;
-/// Longest wall-clock limit a task may ask for: 30 days.
+/// Longest wall-clock limit a task may ask for: 30 days. Also the longest
+/// progress timeout.
 const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 
 /// A task as an operator submits it.
@@ -40,6 +41,10 @@ pub struct SubmitTask {
     pub max_attempts: Option<u32>,
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// No progress event for this long ends an attempt as stalled. Signed,
+    /// so that a negative value is refused with a message of ours.
+    #[serde(default)]
+    pub progress_timeout_secs: Option<i64>,
     #[serde(default)]
     pub name: Option<String>,
     /// What the task needs on one host.
@@ -119,6 +124,10 @@ impl SubmitTask {
                 ));
             }
         }
+        let progress_timeout_secs = self
+            .progress_timeout_secs
+            .map(progress_timeout)
+            .transpose()?;
         if self.name.as_ref().is_some_and(|n| n.len() > 256) {
             return Err("\"name\" must be at most 256 bytes".into());
         }
@@ -136,9 +145,22 @@ impl SubmitTask {
             priority: self.priority.unwrap_or(0),
             max_attempts,
             timeout_secs: self.timeout_secs,
+            progress_timeout_secs,
             resources,
         })
     }
+}
+
+/// A submitted `progress_timeout_secs`, checked.
+fn progress_timeout(secs: i64) -> Result<u64, String> {
+    u64::try_from(secs)
+        .ok()
+        .filter(|s| (1..=MAX_TIMEOUT_SECS).contains(s))
+        .ok_or_else(|| {
+            format!(
+                "\"progress_timeout_secs\" must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {secs}"
+            )
+        })
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -253,6 +275,7 @@ pub async fn show(
             if let (TaskStatus::Pending, Some(placement)) = (detail.task.status, &placement.0) {
                 detail.waiting = Some(placement.borrow().why_waiting(&detail.task));
             }
+            detail.quiet_for_ms = crate::stall::detail_quiet_for_ms(&detail, now_ms());
             Ok(Json(detail))
         }
         None => Err(ApiError::not_found(format!("no task {id}"))),
@@ -316,6 +339,28 @@ mod tests {
             "{bad}"
         );
         assert!(task(json!({"adapter": "@1.0.0"})).is_err());
+    }
+
+    #[test]
+    fn a_progress_timeout_must_be_a_positive_number_of_seconds() {
+        let t = task(json!({"adapter": "ppo", "progress_timeout_secs": 90})).unwrap();
+        assert_eq!(t.progress_timeout_secs, Some(90));
+        assert_eq!(
+            task(json!({"adapter": "ppo"}))
+                .unwrap()
+                .progress_timeout_secs,
+            None
+        );
+        for bad in [0, -5] {
+            let e = task(json!({"adapter": "ppo", "progress_timeout_secs": bad})).unwrap_err();
+            assert!(
+                e.contains("\"progress_timeout_secs\" must be between 1 and")
+                    && e.ends_with(&format!("got {bad}")),
+                "{e}"
+            );
+        }
+        let e = task(json!({"adapter": "ppo", "progress_timeout_secs": 99_999_999})).unwrap_err();
+        assert!(e.contains("progress_timeout_secs"), "{e}");
     }
 
     #[test]

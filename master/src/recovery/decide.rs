@@ -319,6 +319,8 @@ pub fn report(task: &LiveTask, report: &AttemptReport) -> ReportDecision {
             metrics: None,
             then: after_unsuccessful(task, true, message).into(),
         },
+        // Counted here; the scheduler frees a task's first stalls.
+        Outcome::Stalled { message } => crate::stall::decision(task, message, true),
         Outcome::Cancelled => ReportDecision {
             outcome: AttemptOutcome::Cancelled,
             error: None,

@@ -384,6 +384,7 @@ impl Scheduler {
                 params: payload.params,
                 checkpoint,
                 timeout_secs: payload.timeout_secs,
+                progress_timeout_secs: payload.progress_timeout_secs,
                 resources: payload.resources,
             });
             self.deliver(&d.host, d.session, message);
@@ -438,6 +439,7 @@ mod tests {
             error: None,
             metrics: None,
             next,
+            counted: true,
         }
     }
 

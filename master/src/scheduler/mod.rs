@@ -194,6 +194,10 @@ pub struct RunningSnapshot {
     pub attempt: u32,
     pub status: TaskStatus,
     pub slot: Option<u32>,
+    /// While RUNNING: since when (ms since the epoch) its trainer has
+    /// reported no progress, as the master heard it; `None` when unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quiet_since_ms: Option<i64>,
 }
 
 /// Scheduler counters for health and metrics.
@@ -339,6 +343,9 @@ pub struct SchedulerConfig {
     pub term: u64,
     /// When a host is quarantined and probed.
     pub quarantine: crate::standing::QuarantinePolicy,
+    /// How many of a task's stalls do not use one of its attempts
+    /// (`master.free_stalled_retries`, see [`crate::stall`]).
+    pub free_stalled_retries: u32,
 }
 
 /// Tracks whether Redis still holds every lease hosts wrote: after it lost
@@ -423,6 +430,7 @@ impl Scheduler {
             store.live().await?,
             store.host_faults().await?,
         );
+        state.count_stalls(store.stalls().await?);
         let finished = counts::Finished::of(&store.status_counts(&TaskStatus::TERMINAL).await?);
         for host in store.hosts().await? {
             let Ok(id) = HostId::new(host.id.clone()) else {
@@ -680,6 +688,7 @@ impl Scheduler {
     fn cancel(&mut self, task: TaskId, reply: oneshot::Sender<CancelOutcome>, cycle: &mut Cycle) {
         if let Some(queued) = self.state.queue.remove(task) {
             self.state.failed_on.remove(&task);
+            self.state.stalled.remove(&task);
             cycle.count(tally::Counted::Ended {
                 adapter: queued.route.adapter,
                 status: TaskStatus::Cancelled,
@@ -768,10 +777,12 @@ impl Scheduler {
             self.store.live().await,
             self.store.status_counts(&TaskStatus::TERMINAL).await,
             self.store.host_faults().await,
+            self.store.stalls().await,
         );
         match read {
-            (Ok(pending), Ok(live), Ok(counts), Ok(faults)) => {
+            (Ok(pending), Ok(live), Ok(counts), Ok(faults), Ok(stalls)) => {
                 self.state.load(pending, live, faults);
+                self.state.count_stalls(stalls);
                 self.finished = counts::Finished::of(&counts);
                 self.resync = false;
                 tracing::info!(
@@ -780,7 +791,11 @@ impl Scheduler {
                     "task state reloaded from the database"
                 );
             }
-            (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => {
+            (Err(e), ..)
+            | (_, Err(e), ..)
+            | (_, _, Err(e), ..)
+            | (_, _, _, Err(e), _)
+            | (.., Err(e)) => {
                 tracing::error!(error = %e, "cannot reload task state; retrying in 1 s");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -801,12 +816,14 @@ impl Scheduler {
     fn host_snapshots(&self) -> Vec<HostSnapshot> {
         let mut by_host: std::collections::HashMap<&HostId, Vec<RunningSnapshot>> =
             std::collections::HashMap::new();
+        let now_ms = trainyard_proto::now_ms();
         for (task, l) in &self.state.live {
             by_host.entry(&l.host).or_default().push(RunningSnapshot {
                 task: *task,
                 attempt: l.attempt,
                 status: l.status,
                 slot: l.slot,
+                quiet_since_ms: l.quiet_since_ms(now_ms),
             });
         }
         let mut hosts: Vec<HostSnapshot> = self

@@ -11,9 +11,10 @@ use super::Scheduler;
 use crate::events::TaskEvent;
 use crate::model::{AttemptOutcome, Metrics, TaskStatus};
 use crate::recovery::{self, Settle};
+use crate::stall;
 use crate::store::{Next, Write};
-use trainyard_proto::messages::{AttemptReport, MasterMessage};
-use trainyard_proto::{AttemptRef, HostId};
+use trainyard_proto::messages::{AttemptReport, MasterMessage, Outcome};
+use trainyard_proto::{AttemptRef, HostId, TaskId};
 
 impl Scheduler {
     /// Handles a final report. `connection` is the host connection it came
@@ -37,6 +38,9 @@ impl Scheduler {
             self.final_progress(&report, cycle);
             let live = self.state.live.get(&attempt.task).cloned().unwrap_or(live);
             let mut decision = recovery::report(&live.view(), &report);
+            if let Outcome::Stalled { message } = &report.outcome {
+                decision = stall::decision(&live.view(), message, self.stall_counts(attempt.task));
+            }
             if live.drained {
                 decision = recovery::drained(&live.view(), decision);
             }
@@ -89,7 +93,8 @@ impl Scheduler {
         if outcome == AttemptOutcome::HostFault {
             self.host_faulted(attempt, &live.host, error.as_deref().unwrap_or_default());
         }
-        if !recovery::uses_an_attempt(outcome) && live.status == TaskStatus::Running {
+        let counted = self.counts_as_run(attempt.task, outcome);
+        if !counted && live.status == TaskStatus::Running {
             live.runs = live.runs.saturating_sub(1);
         }
         let ran_for = live.started.map(|at| at.elapsed());
@@ -125,9 +130,11 @@ impl Scheduler {
             error,
             metrics,
             next,
+            counted,
         });
         if status != TaskStatus::Pending {
             self.state.failed_on.remove(&attempt.task);
+            self.state.stalled.remove(&attempt.task);
         } else {
             self.state.queue.push(Queued {
                 id: attempt.task,
@@ -141,5 +148,23 @@ impl Scheduler {
                 submitted: live.submitted,
             });
         }
+    }
+
+    /// Whether a stall of `task` now would use one of its attempts: not
+    /// while it has had fewer than `master.free_stalled_retries` before.
+    fn stall_counts(&self, task: TaskId) -> bool {
+        let earlier = self.state.stalled.get(&task).copied().unwrap_or(0);
+        stall::uses_an_attempt(earlier, self.config.free_stalled_retries)
+    }
+
+    /// Whether the attempt of `task` that ended with `outcome` used one of
+    /// the task's attempts; a stall is counted among the task's stalls.
+    fn counts_as_run(&mut self, task: TaskId, outcome: AttemptOutcome) -> bool {
+        if outcome != AttemptOutcome::Stalled {
+            return recovery::uses_an_attempt(outcome);
+        }
+        let counted = self.stall_counts(task);
+        *self.state.stalled.entry(task).or_default() += 1;
+        counted
     }
 }

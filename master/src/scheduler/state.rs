@@ -64,6 +64,21 @@ impl Live {
         AttemptRef::new(task, self.attempt)
     }
 
+    /// While RUNNING: since when its trainer has been quiet (its last
+    /// progress, or its start), in ms since the epoch ([`crate::stall`]).
+    pub fn quiet_since_ms(&self, now_ms: i64) -> Option<i64> {
+        if self.status != TaskStatus::Running {
+            return None;
+        }
+        let started = (self.started)
+            .map(|at| now_ms - i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX));
+        let progress = (self.last_progress.as_ref())
+            .filter(|p| p.attempt == self.attempt)
+            .map(|p| p.at_ms);
+        crate::stall::quiet_for_ms(now_ms, progress, started)
+            .map(|quiet| now_ms - i64::try_from(quiet).unwrap_or(i64::MAX))
+    }
+
     /// The view the recovery decisions take.
     pub fn view(&self) -> LiveTask {
         LiveTask {
@@ -186,12 +201,24 @@ pub struct State {
     pub recent: HashMap<HostId, Recent>,
     /// The probe task each quarantined host runs, if any.
     pub probes: HashMap<HostId, AttemptRef>,
+    /// How many of each unfinished task's attempts ended STALLED; kept in
+    /// the database as those attempts (see [`crate::stall`]).
+    pub stalled: HashMap<TaskId, u32>,
 }
 
 /// Hosts by task: where each failed for the host's own reasons.
 pub type FailedOn = HashMap<TaskId, Vec<HostId>>;
 
 impl State {
+    /// Counts the stalls of unfinished tasks, one entry per STALLED
+    /// attempt, as [`crate::store::Store::stalls`] reads them.
+    pub fn count_stalls(&mut self, stalls: Vec<TaskId>) {
+        self.stalled.clear();
+        for task in stalls {
+            *self.stalled.entry(task).or_default() += 1;
+        }
+    }
+
     /// Replaces the queue and the live tasks with what the database holds.
     pub fn load(
         &mut self,
@@ -200,6 +227,7 @@ impl State {
         host_faults: Vec<(TaskId, String)>,
     ) {
         self.failed_on.clear();
+        self.stalled.clear();
         for (task, host) in host_faults {
             if let Ok(host) = HostId::new(host) {
                 self.failed_on.entry(task).or_default().push(host);

@@ -107,6 +107,9 @@ pub struct SweepSpec {
     pub max_attempts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<u64>,
+    /// Each trial's progress timeout, as for a task (checked there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout_secs: Option<i64>,
     /// What each trial needs on one host, as for a task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Value>,

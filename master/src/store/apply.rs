@@ -190,6 +190,10 @@ impl Writer<'_> {
                     Param::Int(t.timeout_secs.map(|s| i64::try_from(s).unwrap_or(i64::MAX))),
                     Param::Text(json::resources(&t.resources)?.map(Cow::Owned)),
                     Param::opt_text(t.version.as_ref().map(VersionPin::as_str)),
+                    Param::Int(
+                        t.progress_timeout_secs
+                            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+                    ),
                 ])
             })
             .collect::<Result<_>>()?;
@@ -462,6 +466,7 @@ fn finish_rows<'w>(
         error,
         metrics,
         next,
+        counted,
     } = write
     else {
         return Ok(None);
@@ -491,7 +496,7 @@ fn finish_rows<'w>(
         Param::opt_text(task_error),
     ];
     task.extend(checkpoint_params(checkpoint)?);
-    let counted = i64::from(crate::recovery::uses_an_attempt(*outcome));
+    let counted = i64::from(*counted);
     task.extend([Param::int(started), slot.clone(), Param::int(counted)]);
     task.extend(live());
     let metrics = metrics.as_ref().map(json::metrics).transpose()?;

@@ -87,6 +87,11 @@ pub enum Write {
         error: Option<String>,
         metrics: Option<Metrics>,
         next: Next,
+        /// Whether the attempt used one of the task's attempts, once
+        /// started ([`crate::recovery::uses_an_attempt`], and a task's
+        /// first stalls: [`crate::stall`]); `false` takes back the run its
+        /// start counted.
+        counted: bool,
     },
     /// Records the assignment of a running attempt whose start was
     /// inferred from its lease alone, where its attempt row has none.
@@ -289,6 +294,7 @@ impl fmt::Debug for Write {
                 error,
                 metrics,
                 next,
+                counted,
             } => f
                 .debug_struct("Finish")
                 .field("attempt", attempt)
@@ -296,6 +302,7 @@ impl fmt::Debug for Write {
                 .field("error", error)
                 .field("metrics", metrics)
                 .field("next", next)
+                .field("counted", counted)
                 .finish(),
             Write::Assign {
                 attempt,
@@ -356,6 +363,7 @@ mod unit {
             error: None,
             metrics: None,
             next: Next::Cancelled,
+            counted: true,
         }
     }
 

@@ -62,6 +62,7 @@ pub struct DispatchPayload {
     /// The last checkpoint, handed to the next attempt.
     pub checkpoint: Option<StoredCheckpoint>,
     pub timeout_secs: Option<u64>,
+    pub progress_timeout_secs: Option<u64>,
     pub resources: ResourceRequest,
 }
 
@@ -195,6 +196,27 @@ impl Store {
 
     /// The hosts each unfinished task failed on for the host's own reasons
     /// (its `HOST_FAULT` attempts), as (task, host) pairs.
+    /// One entry per STALLED attempt of each unfinished task, so that its
+    /// first stalls stay free across a master restart ([`crate::stall`]).
+    pub async fn stalls(&self) -> Result<Vec<TaskId>> {
+        use sqlx::Row;
+        let found = sqlx::query(
+            "SELECT a.task_id FROM tasks t JOIN attempts a ON a.task_id = t.id \
+             WHERE t.ended IS NULL AND a.outcome = 'STALLED'",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::db("read the stalls of unfinished tasks"))?;
+        found
+            .iter()
+            .map(|row| {
+                row.try_get::<i64, _>("task_id")
+                    .map(|id| id as TaskId)
+                    .map_err(StoreError::db("read a stall"))
+            })
+            .collect()
+    }
+
     pub async fn host_faults(&self) -> Result<Vec<(TaskId, String)>> {
         use sqlx::Row;
         let found = sqlx::query(
@@ -288,6 +310,7 @@ impl Store {
             task,
             attempts,
             waiting: None,
+            quiet_for_ms: None,
         }))
     }
 

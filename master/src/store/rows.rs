@@ -21,7 +21,7 @@ use trainyard_proto::TaskId;
 /// The columns [`task`] reads. The checkpoint's size is computed by the
 /// database so listing tasks does not load checkpoint bytes.
 pub(super) const TASK_COLUMNS: &str = "id, name, adapter, adapter_version, kind, params, priority, status, attempt, runs, \
-     max_attempts, timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
+     max_attempts, timeout_secs, progress_timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
      checkpoint_attempt, checkpoint_kind, checkpoint_name, LENGTH(checkpoint_data) AS checkpoint_bytes, \
      checkpoint_object, result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
 
@@ -35,7 +35,7 @@ pub(super) const LIVE_COLUMNS: &str =
     "id, adapter, adapter_version, kind, resources, priority, status, attempt, host_id, slot, dispatch_deadline_ms, cancel_requested, runs, max_attempts, progress";
 
 pub(super) const PAYLOAD_COLUMNS: &str =
-    "id, adapter, kind, params, timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data, checkpoint_object";
+    "id, adapter, kind, params, timeout_secs, progress_timeout_secs, resources, checkpoint_attempt, checkpoint_kind, checkpoint_name, checkpoint_data, checkpoint_object";
 
 pub(super) const HOST_COLUMNS: &str =
     "id, slots, adapters, agent, first_seen_ms, last_seen_ms, capacity, drained_at_ms, \
@@ -202,6 +202,7 @@ pub(super) fn task(row: &AnyRow) -> Result<Task> {
         runs: c.u32("runs")?,
         max_attempts: c.u32("max_attempts")?,
         timeout_secs: c.opt_u64("timeout_secs")?,
+        progress_timeout_secs: c.opt_u64("progress_timeout_secs")?,
         resources: c.json("resources")?.unwrap_or_default(),
         host: c.opt_text("host_id")?,
         slot: c.opt_u32("slot")?,
@@ -313,6 +314,7 @@ pub(super) fn dispatch_payload(row: &AnyRow) -> Result<DispatchPayload> {
         params: c.text("params")?,
         checkpoint,
         timeout_secs: c.opt_u64("timeout_secs")?,
+        progress_timeout_secs: c.opt_u64("progress_timeout_secs")?,
         resources: c.json("resources")?.unwrap_or_default(),
     })
 }

@@ -58,6 +58,7 @@ on_both_backends!(
     a_failed_batch_leaves_nothing_behind,
     tasks_filter_by_status_and_adapter_and_page_newest_first,
     status_counts_list_every_status,
+    a_free_stall_takes_back_its_run_and_stalls_are_read_back_for_unfinished_tasks,
     hosts_upsert_keeps_first_seen,
     a_hosts_standing_is_stored_and_outlives_its_next_hello,
     unreadable_rows_are_errors_naming_task_and_column,
@@ -158,6 +159,7 @@ fn new_task(adapter: &str, priority: i32) -> NewTask {
         priority,
         max_attempts: 3,
         timeout_secs: Some(600),
+        progress_timeout_secs: Some(90),
         resources: Default::default(),
     }
 }
@@ -226,6 +228,7 @@ fn finish(
         error: error.map(String::from),
         metrics: Some(Metrics::from([("episodes".to_string(), 10.0)])),
         next,
+        counted: crate::recovery::uses_an_attempt(outcome),
     }
 }
 
@@ -420,6 +423,7 @@ async fn a_task_lives_from_dispatch_to_completion(store: Store) {
     assert_eq!((task.attempt, task.runs, task.max_attempts), (1, 1, 3));
     assert_eq!(task.name.as_deref(), Some("ppo-0"));
     assert_eq!(task.timeout_secs, Some(600));
+    assert_eq!(task.progress_timeout_secs, Some(90));
     assert_eq!((task.host.as_deref(), task.slot), (Some("gpu-1"), Some(3)));
     assert!(!task.cancel_requested);
     assert_eq!(task.dispatch_deadline_ms, None);
@@ -600,6 +604,7 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
             params: r#"{"lr":0.001,"env":"CartPole-v1"}"#.into(),
             checkpoint: Some(file_checkpoint(1, b"epoch-3")),
             timeout_secs: Some(600),
+            progress_timeout_secs: Some(90),
             resources: Default::default(),
         }],
         "a missing task has no payload"
@@ -657,6 +662,61 @@ async fn a_requeued_task_is_redispatched_at_attempt_two_with_its_checkpoint(stor
             ),
         ]
     );
+}
+
+/// A stall the scheduler does not count (a task's first) takes back the
+/// run its start counted, like a host fault; the STALLED attempts of
+/// unfinished tasks are read back at start-up, those of ended tasks are not.
+async fn a_free_stall_takes_back_its_run_and_stalls_are_read_back_for_unfinished_tasks(
+    store: Store,
+) {
+    let ids = submit(&store, vec![new_task("ppo", 0), new_task("ppo", 0)]).await;
+    let stalled = |id, attempt, counted, next| Write::Finish {
+        attempt: AttemptRef::new(id, attempt),
+        outcome: AttemptOutcome::Stalled,
+        error: Some("stalled: no progress for 90 s".into()),
+        metrics: None,
+        next,
+        counted,
+    };
+    for &id in &ids {
+        apply(
+            &store,
+            NOW + 1,
+            vec![dispatch(id, 0, "gpu-1"), start(id, 1, 0)],
+        )
+        .await;
+    }
+    let applied = apply(
+        &store,
+        NOW + 2,
+        vec![
+            stalled(ids[0], 1, false, Next::Requeue),
+            stalled(
+                ids[1],
+                1,
+                true,
+                Next::Failed {
+                    error: "gave up".into(),
+                },
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(applied, [true, true]);
+    let free = detail(&store, ids[0]).await;
+    assert_eq!((free.task.status, free.task.runs), (TaskStatus::Pending, 0));
+    assert_eq!(free.attempts[0].outcome, Some(AttemptOutcome::Stalled));
+    assert_eq!(
+        free.attempts[0].error.as_deref(),
+        Some("stalled: no progress for 90 s")
+    );
+    let counted = detail(&store, ids[1]).await;
+    assert_eq!(
+        (counted.task.status, counted.task.runs),
+        (TaskStatus::Failed, 1)
+    );
+    assert_eq!(store.stalls().await.unwrap(), vec![ids[0]]);
 }
 
 async fn cancelling_pending_and_live_tasks(store: Store) {

@@ -218,6 +218,7 @@ fn adapter_entry(config: &HostConfig, args: &RunArgs) -> anyhow::Result<AdapterC
                     })?,
                 )),
             },
+            progress_timeout: None,
         }),
     }
 }
@@ -331,6 +332,10 @@ fn print_report(report: &LocalReport) {
         ),
         Outcome::Cancelled => println!("result: cancelled after {took}"),
         Outcome::LeaseLost { message } => println!("result: stopped after {took}: {message}"),
+        Outcome::Stalled { message } => println!(
+            "result: stalled after {took} (a host would requeue the task from its last \
+             checkpoint)\n  error: {message}"
+        ),
     }
     if let Some(exit) = &report.trainer {
         println!(

@@ -121,6 +121,7 @@ async fn an_end_missed_while_disconnected_is_found_by_re_reading_the_task() {
                 task: sample_task(3, status),
                 attempts: vec![],
                 waiting: None,
+                quiet_for_ms: None,
             };
             Reply::Json(200, serde_json::to_string(&detail).unwrap())
         }
@@ -176,6 +177,7 @@ async fn only_the_tasks_asked_for_are_shown_until_they_end() {
                 task: sample_task(id, TaskStatus::Pending),
                 attempts: vec![],
                 waiting: None,
+                quiet_for_ms: None,
             };
             Reply::Json(200, serde_json::to_string(&detail).unwrap())
         }

@@ -184,6 +184,10 @@ impl CreateArgs {
         set("priority", t.priority.map(Value::from));
         set("max_attempts", t.max_attempts.map(Value::from));
         set("timeout_secs", t.timeout_secs.map(Value::from));
+        set(
+            "progress_timeout_secs",
+            t.progress_timeout_secs.map(Value::from),
+        );
         if self.max || self.min {
             set(
                 "direction",
