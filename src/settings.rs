@@ -112,6 +112,9 @@ pub struct ApiSection {
     pub url: String,
     pub token: Option<String>,
     pub token_file: PathBuf,
+    /// Reads without a token see every team's work, as before teams
+    /// existed: for a lab whose API port only trusted people reach.
+    pub open_reads: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -138,6 +141,10 @@ pub struct MasterSection {
     pub advertise_api: Option<String>,
     /// When a host failing for its own reasons is quarantined, and probed.
     pub quarantine: trainyard_master::standing::QuarantinePolicy,
+    /// Which adapters (and version ranges) each team may run:
+    /// `{ red = ["ppo@^1.2", "noop"], "*" = [] }`; a team not listed, with
+    /// no `"*"` entry, may run any.
+    pub team_adapters: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -285,6 +292,7 @@ impl Default for ApiSection {
             url: "http://127.0.0.1:7701".into(),
             token: None,
             token_file: "data/api-token".into(),
+            open_reads: false,
         }
     }
 }
@@ -305,6 +313,7 @@ impl Default for MasterSection {
             advertise_api: None,
             unpinned_version: Default::default(),
             quarantine: Default::default(),
+            team_adapters: BTreeMap::new(),
         }
     }
 }

@@ -35,4 +35,5 @@ mod python_envs;
 mod reconnect;
 mod recovery;
 mod sweeps;
+mod teams;
 mod tls;

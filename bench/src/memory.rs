@@ -161,6 +161,7 @@ pub async fn seed_parked(url: &str, n: usize) -> anyhow::Result<Duration> {
                 max_attempts: 3,
                 timeout_secs: None,
                 resources: Default::default(),
+                team: "default".into(),
             })
             .collect();
         store

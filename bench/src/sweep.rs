@@ -130,6 +130,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                 max_attempts: 3,
                 timeout_secs: None,
                 resources: Default::default(),
+                team: "default".into(),
             })
             .collect();
         let batch = Batch {

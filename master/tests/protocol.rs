@@ -161,6 +161,7 @@ async fn submit_noop(s: &Setup) -> u64 {
             max_attempts: 5,
             timeout_secs: None,
             resources: Default::default(),
+            team: "default".into(),
         }])
         .await
         .unwrap();

@@ -190,6 +190,7 @@ impl Writer<'_> {
                     Param::Int(t.timeout_secs.map(|s| i64::try_from(s).unwrap_or(i64::MAX))),
                     Param::Text(json::resources(&t.resources)?.map(Cow::Owned)),
                     Param::opt_text(t.version.as_ref().map(VersionPin::as_str)),
+                    Param::text(&t.team),
                 ])
             })
             .collect::<Result<_>>()?;

@@ -39,11 +39,11 @@ pub(super) const LOOKUP_BY_KEY: &str = "SET LOCAL enable_seqscan = off; \
 
 pub(super) const INSERT_TASKS: &str =
     "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, v_resources, \
-         v_version) AS (VALUES {values}) \
+         v_version, v_team) AS (VALUES {values}) \
      INSERT INTO tasks (name, adapter, kind, params, priority, max_attempts, timeout_secs, \
-         resources, adapter_version, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
+         resources, adapter_version, team, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
      SELECT v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, \
-         v_resources, v_version, 'PENDING', 0, 0, 0, {now}, {now} \
+         v_resources, v_version, v_team, 'PENDING', 0, 0, 0, {now}, {now} \
      FROM v WHERE v_adapter IS NOT NULL \
      RETURNING id";
 pub(super) const INSERT_COLS: &[Col] = &[
@@ -54,6 +54,7 @@ pub(super) const INSERT_COLS: &[Col] = &[
     Col::Int,
     Col::Int,
     Col::Int,
+    Col::Text,
     Col::Text,
     Col::Text,
 ];
