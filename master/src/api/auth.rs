@@ -146,6 +146,21 @@ impl Gate {
     }
 }
 
+/// The principal of a request that presents a token (bearer, or the
+/// session cookie on a read); `None` when it presents none.
+pub async fn principal_of(
+    gate: &Gate,
+    headers: &HeaderMap,
+    read: bool,
+) -> Result<Option<Principal>, ApiError> {
+    match presented(headers, read) {
+        Some(Presented::Bearer(token) | Presented::Cookie(token)) => {
+            gate.resolve(token).await.map(Some)
+        }
+        None => Ok(None),
+    }
+}
+
 /// The middleware: resolves the caller, or refuses the request with 401.
 pub async fn authenticate(
     State(gate): State<Gate>,

@@ -138,10 +138,6 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tasks/{id}/logs", get(logs::read))
         .route("/v1/tasks/{id}/artifacts", get(artifacts::list))
         .route(
-            "/v1/tasks/{id}/artifacts/{artifact}",
-            get(artifacts::download),
-        )
-        .route(
             "/v1/sweeps",
             get(sweeps::list)
                 .post(sweeps::create)
@@ -172,6 +168,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/tasks/{id}/attempts/{attempt}/artifacts",
             post(artifacts::register),
+        )
+        // Its own authentication: a principal's token or a host's signature.
+        .route(
+            "/v1/tasks/{id}/artifacts/{artifact}",
+            get(artifacts::download),
         )
         .route(
             "/v1/session",
