@@ -63,6 +63,14 @@ pub enum Command {
     Sweeps(commands::sweeps::SweepsArgs),
     /// Follow task progress live
     Watch(commands::watch::WatchArgs),
+    /// Create or list teams (admin)
+    Team(commands::access::TeamArgs),
+    /// Issue, list or revoke API tokens (admin)
+    Token(commands::access::TokenArgs),
+    /// Page through the audit log of every change made through the API (admin, operator)
+    Audit(commands::access::AuditArgs),
+    /// Show who this CLI's token stands for: name, role, team
+    Whoami,
     /// Run the demo: a master, two hosts and several training tasks on the embedded defaults
     Demo(DemoArgs),
     /// Run a local cluster around one adapter (Redis, a master, a host carrying it) until Ctrl-C

@@ -41,6 +41,7 @@ where
         .filter_map(std::future::ready)
 }
 
+mod access;
 #[cfg(test)]
 pub(crate) mod canned;
 mod error;
@@ -49,6 +50,7 @@ pub mod failover;
 mod logs;
 mod progress;
 
+pub use access::{AuditEntryView, TokenRequest, TokenView};
 pub use error::{error_message, ClientError};
 pub use events::{StreamEvent, TaskEvent};
 pub use logs::{LogEvent, LogLine, LogPage, LogQuery};

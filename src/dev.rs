@@ -128,6 +128,8 @@ fn configure(
     let mut cluster = Cluster::new(dir, bins, redis_url, &format!("sqlite://{}", db.display()))?;
     let s = &mut cluster.settings;
     s.redis_key_prefix = format!("dev-{}:", std::process::id());
+    // A one-person cluster on loopback: its dashboard opens without a token.
+    s.api.open_reads = true;
     s.host.slots = args.slots;
     s.host.adapter_cache_dir = tools.host.adapter_cache_dir.clone();
     let programs: Vec<&str> = programs.iter().map(String::as_str).collect();

@@ -27,6 +27,9 @@ pub fn master_config(s: &Settings) -> anyhow::Result<MasterConfig> {
         timers: s.timers.clone(),
         cluster_secret: secrets::cluster_secret(&s.cluster, true)?,
         api_token: secrets::api_token(&s.api, true)?,
+        open_reads: s.api.open_reads,
+        adapter_rules: trainyard_master::access::AdapterRules::parse(&s.master.team_adapters)
+            .map_err(anyhow::Error::msg)?,
         max_frame_bytes: s.master.max_frame_bytes,
         max_connections: s.master.max_connections,
         default_max_attempts: s.master.default_max_attempts,

@@ -147,6 +147,9 @@ pub struct ApiSection {
     pub url: String,
     pub token: Option<String>,
     pub token_file: PathBuf,
+    /// Reads without a token see every team's work, as before teams
+    /// existed: for a lab whose API port only trusted people reach.
+    pub open_reads: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -176,6 +179,10 @@ pub struct MasterSection {
     /// How many of a task's stalled attempts (no progress for its
     /// progress timeout) are requeued without using one of its attempts.
     pub free_stalled_retries: u32,
+    /// Which adapters (and version ranges) each team may run:
+    /// `{ red = ["ppo@^1.2", "noop"], "*" = [] }`; a team not listed, with
+    /// no `"*"` entry, may run any.
+    pub team_adapters: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -333,6 +340,7 @@ impl Default for ApiSection {
             url: "http://127.0.0.1:7701".into(),
             token: None,
             token_file: "data/api-token".into(),
+            open_reads: false,
         }
     }
 }
@@ -354,6 +362,7 @@ impl Default for MasterSection {
             unpinned_version: Default::default(),
             quarantine: Default::default(),
             free_stalled_retries: trainyard_master::stall::DEFAULT_FREE_STALLED_RETRIES,
+            team_adapters: BTreeMap::new(),
         }
     }
 }

@@ -290,8 +290,8 @@ async fn download_matches(c: &TestCluster, id: u64, stored: &Artifact) {
         "{}/v1/tasks/{id}/artifacts/{}",
         c.cluster.settings.api.url, stored.id
     );
-    let part = reqwest::Client::new()
-        .get(&url)
+    let part = c
+        .http_get(&url)
         .header("Range", "bytes=1000-1999")
         .send()
         .await

@@ -110,6 +110,44 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
 
     let b = browser(&driver).await;
 
+    // Reads need a token: the page asks for one, refuses a wrong one, and
+    // keeps the right one (as its session cookie) for every view after.
+    b.goto(&format!("{base}/#/tasks")).await.expect("open");
+    wait_js(
+        &b,
+        "document.querySelector('#signin-token')",
+        "the sign-in form",
+    )
+    .await;
+    let field = b.find(Locator::Css("#signin-token")).await.unwrap();
+    field.send_keys("tyt_not-a-token").await.unwrap();
+    b.find(Locator::Css("#signin-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_js(
+        &b,
+        "document.querySelector('#signin-message')?.textContent.includes('refused')",
+        "the page says the token was refused",
+    )
+    .await;
+    field.clear().await.unwrap();
+    field.send_keys(&token).await.unwrap();
+    b.find(Locator::Css("#signin-submit"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_js(
+        &b,
+        "!document.querySelector('#signin') && document.querySelector('#who')?.textContent.includes('admin')",
+        "the page signed in",
+    )
+    .await;
+
     // The task list shows what was submitted, with its names.
     b.goto(&format!("{base}/#/tasks")).await.expect("open");
     for id in quick.iter().chain([&long]) {
@@ -192,6 +230,7 @@ async fn the_dashboard_lists_tasks_draws_live_curves_and_cancels_with_the_token(
         .await
         .unwrap();
     let field = b.find(Locator::Css("#cancel-token")).await.unwrap();
+    field.clear().await.unwrap();
     field.send_keys("not-the-token").await.unwrap();
     b.find(Locator::Css("#cancel-confirm"))
         .await
@@ -304,7 +343,10 @@ async fn get(url: &str) -> reqwest::Response {
 #[tokio::test]
 async fn the_dashboard_is_served_offline_and_its_endpoints_refuse_bad_queries() {
     let _serial = serial();
-    let c = TestCluster::start(Setup::new("sqlite"), 1).await;
+    // About the files and the queries, not who reads them: open reads.
+    let mut setup = Setup::new("sqlite");
+    setup.configure = |s| s.api.open_reads = true;
+    let c = TestCluster::start(setup, 1).await;
     let base = c.cluster.settings.api.url.clone();
     let named = c
         .submit(json!({"adapter": "noop", "name": "dashboard-named"}))

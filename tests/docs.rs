@@ -213,7 +213,11 @@ fn keys(value: &serde_json::Value, prefix: &str, found: &mut Vec<String>) {
 }
 
 /// Maps whose keys the operator names: documented as one key.
-const FREE_MAPS: [&str; 2] = ["host.trainer_env", "host.resources.gpu_files"];
+const FREE_MAPS: [&str; 3] = [
+    "host.trainer_env",
+    "host.resources.gpu_files",
+    "master.team_adapters",
+];
 
 #[test]
 fn the_configuration_guide_names_every_key_the_settings_hold() {

@@ -71,7 +71,8 @@ async fn a_training_task_completes_with_its_metrics(backend: &'static str) {
         "{}/v1/tasks/{id}/artifacts/{}",
         c.cluster.settings.api.url, output.id
     );
-    let bytes = reqwest::get(&url).await.unwrap().bytes().await.unwrap();
+    let response = c.http_get(&url).send().await.unwrap();
+    let bytes = response.bytes().await.unwrap();
     assert_eq!(bytes.len() as u64, output.size);
     let mut digest = trainyard_artifacts::Digest::new();
     digest.update(&bytes);

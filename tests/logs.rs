@@ -65,8 +65,8 @@ async fn logs_until(
     }
 }
 
-async fn get(url: &str) -> (u16, Value) {
-    let response = reqwest::get(url).await.expect("request");
+async fn get(c: &TestCluster, url: &str) -> (u16, Value) {
+    let response = c.http_get(url).send().await.expect("request");
     let status = response.status().as_u16();
     let body = response.text().await.unwrap();
     (
@@ -455,10 +455,10 @@ async fn bad_log_requests_are_refused_with_a_json_error() {
     c.wait_for_status(id, TaskStatus::Completed, Duration::from_secs(60))
         .await;
     let base = &c.cluster.settings.api.url;
-    let (status, body) = get(&format!("{base}/v1/tasks/999999/logs")).await;
+    let (status, body) = get(&c, &format!("{base}/v1/tasks/999999/logs")).await;
     assert_eq!(status, 404, "{body}");
     assert!(body["error"].is_string(), "{body}");
-    let (status, body) = get(&format!("{base}/v1/tasks/999999/logs?follow=true")).await;
+    let (status, body) = get(&c, &format!("{base}/v1/tasks/999999/logs?follow=true")).await;
     assert_eq!(status, 404, "{body}");
     let url = format!("{base}/v1/tasks/{id}/logs");
     for bad in [
@@ -471,7 +471,7 @@ async fn bad_log_requests_are_refused_with_a_json_error() {
         "follow=maybe",
         "colour=red",
     ] {
-        let (status, body) = get(&format!("{url}?{bad}")).await;
+        let (status, body) = get(&c, &format!("{url}?{bad}")).await;
         assert_eq!(status, 400, "{bad}: {body}");
         assert!(body["error"].is_string(), "{bad}: {body}");
     }
@@ -479,7 +479,7 @@ async fn bad_log_requests_are_refused_with_a_json_error() {
         !p.lines.is_empty()
     })
     .await;
-    let (status, body) = get(&format!("{url}?attempt=1&tail=10000")).await;
+    let (status, body) = get(&c, &format!("{url}?attempt=1&tail=10000")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["lines"][0]["text"], "hi", "{body}");
     assert_eq!(body["lines"][0]["stream"], "stdout", "{body}");

@@ -36,4 +36,5 @@ mod reconnect;
 mod recovery;
 mod stalled;
 mod sweeps;
+mod teams;
 mod tls;

@@ -31,7 +31,7 @@ async fn points(c: &TestCluster, id: u64) -> Vec<Value> {
         "{}/v1/tasks/{id}/progress?limit=10000",
         c.cluster.settings.api.url
     );
-    let page: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let page: Value = c.http_get(&url).send().await.unwrap().json().await.unwrap();
     page["points"].as_array().cloned().unwrap_or_default()
 }
 

@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use trainyard_master::model::TaskStatus;
 
-async fn get(url: &str) -> (u16, Value) {
-    let response = reqwest::get(url).await.expect("request");
+async fn get(c: &TestCluster, url: &str) -> (u16, Value) {
+    let response = c.http_get(url).send().await.expect("request");
     let status = response.status().as_u16();
     let body = response.text().await.unwrap();
     (
@@ -52,7 +52,7 @@ async fn a_tasks_progress_history_is_stored_pages_and_survives_a_master_restart(
         .expect("the task reported progress");
     let url = format!("{}/v1/tasks/{id}/progress", c.cluster.settings.api.url);
     // Stored with the turn that heard them, before the task could end.
-    let (status, all) = get(&url).await;
+    let (status, all) = get(&c, &url).await;
     assert_eq!(status, 200, "{all}");
     assert_eq!(
         episodes(&all).last(),
@@ -73,20 +73,20 @@ async fn a_tasks_progress_history_is_stored_pages_and_survives_a_master_restart(
     assert!(all["points"][0]["episode_return"].is_number(), "{all}");
 
     // Paging: one point at a time from a cursor.
-    let (_, first) = get(&format!("{url}?limit=1")).await;
+    let (_, first) = get(&c, &format!("{url}?limit=1")).await;
     assert_eq!(episodes(&first), seen[..1]);
-    let (_, second) = get(&format!("{url}?limit=1&after={}", first["next"])).await;
+    let (_, second) = get(&c, &format!("{url}?limit=1&after={}", first["next"])).await;
     assert_eq!(episodes(&second), seen[1..2]);
 
     // Curves survive the master.
     c.restart_master().await;
-    let (status, again) = get(&url).await;
+    let (status, again) = get(&c, &url).await;
     assert_eq!(status, 200);
     assert_eq!(episodes(&again), seen);
 
     // Bad input.
     let base = &c.cluster.settings.api.url;
-    let (status, body) = get(&format!("{base}/v1/tasks/999999/progress")).await;
+    let (status, body) = get(&c, &format!("{base}/v1/tasks/999999/progress")).await;
     assert_eq!(status, 404, "{body}");
     for bad in [
         "after=-1",
@@ -95,7 +95,7 @@ async fn a_tasks_progress_history_is_stored_pages_and_survives_a_master_restart(
         "limit=10001",
         "colour=red",
     ] {
-        let (status, body) = get(&format!("{url}?{bad}")).await;
+        let (status, body) = get(&c, &format!("{url}?{bad}")).await;
         assert_eq!(status, 400, "{bad}: {body}");
     }
 }

@@ -162,6 +162,7 @@ pub async fn seed_parked(url: &str, n: usize) -> anyhow::Result<Duration> {
                 timeout_secs: None,
                 progress_timeout_secs: None,
                 resources: Default::default(),
+                team: "default".into(),
             })
             .collect();
         store

@@ -131,6 +131,7 @@ async fn seed_running(url: &str, n: usize) -> anyhow::Result<Vec<(TaskId, Worker
                 timeout_secs: None,
                 progress_timeout_secs: None,
                 resources: Default::default(),
+                team: "default".into(),
             })
             .collect();
         let batch = Batch {

@@ -32,16 +32,64 @@ class HttpError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
+// Reads carry the session cookie (set by signing in: HTTP-only, so no
+// script here ever sees it); changes carry the token as a header. A read
+// refused for want of a token shows the sign-in form instead of the view.
 async function api(path, options) {
-  const r = await fetch(path, options);
+  const r = await fetch(path, Object.assign({ credentials: "same-origin" }, options));
   const text = await r.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
   if (!r.ok) {
     const msg = body && body.error ? body.error : `${r.status} ${r.statusText}`;
+    const read = !options || !options.method || options.method === "GET";
+    if (r.status === 401 && read) signIn(msg);
     throw new HttpError(r.status, msg);
   }
   return body;
+}
+
+// The sign-in form: the token becomes the session cookie of this tab's
+// reads, and is kept in the tab (sessionStorage) for the cancel form.
+function signIn(why) {
+  const view = document.getElementById("view");
+  if (document.getElementById("signin")) return;
+  const token = el("input", { type: "password", id: "signin-token", placeholder: "API token", autocomplete: "off", size: "44" });
+  const msg = el("p", { class: "muted", id: "signin-message" }, why || "");
+  const form = el("form", { id: "signin", class: "panel" },
+    el("h2", {}, "Sign in"),
+    el("p", {}, "Each team sees only its own work here. Enter an API token: one from ",
+      el("code", {}, "trainyard token create"), ", or the cluster's api token."),
+    token, " ", el("button", { type: "submit", id: "signin-submit" }, "Sign in"), msg);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const me = await api("/v1/session", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ token: token.value.trim() }) });
+      sessionStorage.setItem("trainyard-token", token.value.trim());
+      setWho(me);
+      show();
+    } catch (e) {
+      msg.textContent = e.status === 401 ? `the token was refused: ${e.message}` : e.message;
+    }
+  });
+  view.replaceChildren(form);
+  view.setAttribute("data-ready", "signin");
+  token.focus();
+}
+
+function setWho(me) {
+  const who = document.getElementById("who");
+  if (!who) return;
+  who.textContent = me ? (me.team ? `${me.name} · ${me.role} of ${me.team}` : `${me.name} · ${me.role}`) : "";
+  document.getElementById("signout").hidden = !me;
+}
+
+async function signOut(ev) {
+  ev.preventDefault();
+  sessionStorage.removeItem("trainyard-token");
+  try { await fetch("/v1/session", { method: "DELETE", credentials: "same-origin" }); } catch (_) { /* gone anyway */ }
+  setWho(null);
+  show();
 }
 
 function badge(s) { return el("span", { class: `badge s-${s}` }, s.replace("_", " ")); }
@@ -814,8 +862,9 @@ async function show() {
     try {
       await v.render(ctx, view, query || "", ...m.slice(1).map(decodeURIComponent));
     } catch (e) {
-      if (current === ctx) view.append(errorBanner(e));
+      if (current === ctx && !document.getElementById("signin")) view.append(errorBanner(e));
     }
+    if (document.getElementById("signin")) return;
     view.setAttribute("data-ready", path);
     // When the page first showed its data, for `make bench` and for anyone
     // timing the dashboard from the browser's performance timeline.
@@ -826,4 +875,6 @@ async function show() {
 }
 
 window.addEventListener("hashchange", show);
+document.getElementById("signout").addEventListener("click", signOut);
+api("/v1/whoami").then(setWho, () => setWho(null));
 show();

@@ -24,8 +24,13 @@ pub struct MasterConfig {
     pub timers: Timers,
     /// Hosts prove they know it in the handshake.
     pub cluster_secret: ClusterSecret,
-    /// Bearer token every mutating API call must carry.
+    /// The cluster's own API token: an admin ([`crate::access`]).
     pub api_token: String,
+    /// Reads without a token see every team's work, as before teams
+    /// existed (`api.open_reads`).
+    pub open_reads: bool,
+    /// Which adapters each team may run (`master.team_adapters`).
+    pub adapter_rules: crate::access::AdapterRules,
     /// Largest frame accepted from a host.
     pub max_frame_bytes: usize,
     /// Most host connections at once, handshaking ones included.
@@ -85,6 +90,8 @@ impl MasterConfig {
             timers: Timers::default(),
             cluster_secret: secret,
             api_token: api_token.into(),
+            open_reads: false,
+            adapter_rules: Default::default(),
             max_frame_bytes: trainyard_proto::frame::DEFAULT_MAX_FRAME,
             max_connections: 4096,
             default_max_attempts: 3,

@@ -18,6 +18,7 @@
 //! - [`search`]: sweeps (hyperparameter searches), their ranking and early
 //!   stopping.
 //! - [`sessions`]: the host listener, handshake and per-connection sessions.
+//! - [`access`]: teams, roles, tokens and adapter rules — who may do what.
 //! - [`api`]: the HTTP API and the live event stream.
 //! - [`artifacts`]: the artifact store hosts put checkpoints and outputs in.
 //! - [`dashboard`]: the web dashboard's page and files, on the API's port.
@@ -29,6 +30,7 @@
 //! - [`config`]: the master's settings.
 //! - [`failpoints`]: fault injection, in builds for the tests only.
 
+pub mod access;
 pub mod api;
 pub mod artifacts;
 pub mod config;
@@ -321,17 +323,23 @@ fn serve_api(
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, MasterError> {
     let served = match tls {
         None => tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(shutdown)
+            .await
         }),
         Some(tls) => {
             let listener = api::tls::TlsListener::new(listener, tls)
                 .map_err(|source| MasterError::Listen { addr, source })?;
             tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
+                axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<api::tls::PeerAddr>(),
+                )
+                .with_graceful_shutdown(shutdown)
+                .await
             })
         }
     };
@@ -378,6 +386,7 @@ async fn stand_by(
     let app = api::standby::router(api::standby::StandbyState {
         store: store.clone(),
         leader: leader_seen,
+        gate: gate(config, store.clone()),
     });
     tasks.spawn(serve_api(
         api,
@@ -447,6 +456,16 @@ fn listener_config(
     }
 }
 
+/// Who an API request acts as, from the settings and the stored tokens.
+fn gate(config: &MasterConfig, store: store::Store) -> api::auth::Gate {
+    api::auth::Gate {
+        store,
+        legacy_token: config.api_token.clone().into(),
+        open_reads: config.open_reads,
+        https: config.tls.is_some(),
+    }
+}
+
 fn api_state(
     config: &MasterConfig,
     store: store::Store,
@@ -458,13 +477,15 @@ fn api_state(
     let redis_probe =
         trainyard_proto::redis_link::RedisLink::new(&config.redis_url, api::health::PROBE_TIMEOUT)
             .map_err(MasterError::RedisUrl)?;
+    let access = gate(config, store.clone());
     Ok(api::AppState {
         store,
         placement: scheduler.placement(),
         scheduler: scheduler.clone(),
         events,
         logs,
-        api_token: config.api_token.clone().into(),
+        gate: access,
+        adapter_rules: Arc::new(config.adapter_rules.clone()),
         default_max_attempts: config.default_max_attempts,
         redis_probe: Arc::new(redis_probe),
         sweep_interval: config.timers.sweep_interval,

@@ -155,6 +155,12 @@ pub struct NewTask {
     pub progress_timeout_secs: Option<u64>,
     /// CPUs, memory and GPUs it needs on one host.
     pub resources: ResourceRequest,
+    /// The team it belongs to ([`crate::access`]): who sees and cancels it.
+    pub team: String,
+}
+
+fn default_team() -> String {
+    crate::access::DEFAULT_TEAM.to_string()
 }
 
 /// Figures by name, as the API shows them.
@@ -263,6 +269,10 @@ pub struct ResultView {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Task {
     pub id: TaskId,
+    /// The team it belongs to: only that team's principals (and fleet-wide
+    /// roles) see it.
+    #[serde(default = "default_team")]
+    pub team: String,
     pub name: Option<String>,
     pub adapter: String,
     /// The versions of the adapter it may run on, as submitted

@@ -162,6 +162,7 @@ async fn submit_noop(s: &Setup) -> u64 {
             timeout_secs: None,
             progress_timeout_secs: None,
             resources: Default::default(),
+            team: "default".into(),
         }])
         .await
         .unwrap();

@@ -175,6 +175,7 @@ pub fn sample_task(
 ) -> trainyard_master::model::Task {
     trainyard_master::model::Task {
         id,
+        team: "default".into(),
         name: None,
         adapter: "python-trainer".into(),
         adapter_version: None,

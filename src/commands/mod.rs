@@ -9,6 +9,7 @@
 //! `table` and `format` shape the output, `follow` follows tasks on the
 //! live event stream (for `watch` and `submit --wait`).
 
+pub mod access;
 pub mod adapter;
 pub mod artifacts;
 pub mod cancel;

@@ -11,11 +11,13 @@ use serde_json::Value as Json;
 /// Keys whose value is a map with free keys (names the operator chooses),
 /// with the kind of each entry. Every other object in the defaults is a
 /// section with fixed keys (a unit test holds the two in step).
-const FREE_MAPS: [(&str, KeyKind); 2] = [
+const FREE_MAPS: [(&str, KeyKind); 3] = [
     // NAME = "value"
     ("host.trainer_env", KeyKind::Text),
     // GPU = ["/dev/nvidia0", "/dev/nvidiactl"]
     ("host.resources.gpu_files", KeyKind::List),
+    // TEAM = ["adapter", "adapter@range"]
+    ("master.team_adapters", KeyKind::List),
 ];
 
 /// Whether the key at `path` (dotted) is a map with free keys.

@@ -570,6 +570,21 @@ impl TestCluster {
         self.hosts.len() - 1
     }
 
+    /// The cluster's own API token (an admin's).
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(&self.cluster.settings.api.token_file)
+            .expect("the API token")
+            .trim()
+            .to_string()
+    }
+
+    /// `GET url` with the admin's token, for tests that read the API raw.
+    pub fn http_get(&self, url: &str) -> reqwest::RequestBuilder {
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth(self.admin_token())
+    }
+
     /// Runs a `trainyard` command against this cluster and returns what
     /// it printed on stdout (panics if it fails).
     pub fn cli(&self, args: &[&str]) -> String {
@@ -634,7 +649,8 @@ impl TestCluster {
             "{}/v1/tasks/{}/progress?limit=10000",
             self.cluster.settings.api.url, done.task.id
         );
-        let page: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        let response = self.http_get(&url).send().await.unwrap();
+        let page: serde_json::Value = response.json().await.unwrap();
         let points = page["points"].as_array().cloned().unwrap_or_default();
         assert_eq!(
             points.last().and_then(|p| p["episode"].as_u64()),

@@ -152,9 +152,9 @@ impl MasterApi {
         id: i64,
     ) -> Result<BoxStream<'static, Result<Bytes, reqwest::Error>>, ShipError> {
         let url = Self::url(api_url, &format!("/v1/tasks/{task}/artifacts/{id}"))?;
+        // Signed: reads of the master's API need credentials.
         let response = self
-            .client
-            .get(url)
+            .signed(reqwest::Method::GET, url)
             .send()
             .await
             .map_err(|e| ShipError::Transport(e.to_string()))?;

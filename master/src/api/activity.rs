@@ -66,8 +66,10 @@ fn first_minute(now_ms: i64, minutes: u32) -> i64 {
 
 pub async fn recent(
     State(app): State<AppState>,
+    caller: super::auth::Caller,
     Query(q): Query<ActivityQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.may(crate::access::Action::ReadFleet)?;
     let n = match q.minutes {
         None => DEFAULT_MINUTES,
         Some(n @ 1..=MAX_MINUTES) => n,

@@ -15,7 +15,9 @@
 //! An upload from an attempt that is not its task's live one is refused
 //! before its bytes are read, and again, atomically, when it is recorded.
 
+use super::auth::Caller;
 use super::{ApiError, AppState};
+use crate::access::Action;
 use crate::artifacts::{range_asked, Artifacts, RangeAsk};
 use crate::store::{Artifact, NewArtifact};
 use axum::body::Body;
@@ -42,22 +44,37 @@ fn store_of(app: &AppState) -> Result<&Arc<Artifacts>, ApiError> {
 /// `GET /v1/tasks/{id}/artifacts`.
 pub async fn list(
     State(app): State<AppState>,
+    caller: Caller,
     Path(task): Path<TaskId>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if app.store.task(task).await?.is_none() {
-        return Err(ApiError::not_found(format!("no task {task}")));
-    }
+    caller.on_task(&app.store, Action::Read, task).await?;
     let artifacts = app.store.artifacts(task).await?;
     Ok(Json(json!({ "artifacts": artifacts })))
 }
 
 /// `GET /v1/tasks/{id}/artifacts/{artifact}`.
+/// Read by a principal (its token) or by a host resuming from a checkpoint
+/// (signed with the cluster secret).
 pub async fn download(
     State(app): State<AppState>,
     Path((task, id)): Path<(TaskId, i64)>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let artifacts = store_of(&app)?;
+    match super::auth::principal_of(&app.gate, &headers, true).await? {
+        Some(principal) => {
+            let caller = Caller {
+                principal,
+                source: String::new(),
+            };
+            caller.on_task(&app.store, Action::Read, task).await?;
+        }
+        None if app.gate.open_reads && !headers.contains_key(header::AUTHORIZATION) => {}
+        None => {
+            signed_by(artifacts, &Method::GET, uri.path(), &headers)?;
+        }
+    }
     let Some(artifact) = app.store.artifact(task, id).await? else {
         return Err(ApiError::not_found(format!(
             "task {task} has no artifact {id}"

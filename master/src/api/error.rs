@@ -30,6 +30,16 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, message)
     }
 
+    /// No valid token: missing, unknown, expired or revoked.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, message)
+    }
+
+    /// A valid token whose role does not allow what it asked.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
     }

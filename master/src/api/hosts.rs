@@ -3,8 +3,11 @@
 //! quarantined). `POST /v1/hosts/{id}/drain` (`?now=true` stops what it
 //! runs), `/undrain` and `/unquarantine` change that.
 
+use super::audit;
+use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
+use crate::access::Action;
 use crate::model::HostStanding;
 use crate::scheduler::standing::{StandingChange, StandingError};
 use crate::scheduler::{FreeResources, HostSnapshot, RunningSnapshot};
@@ -51,8 +54,24 @@ pub fn state_word(standing: &HostStanding) -> &'static str {
     }
 }
 
-pub async fn list(State(app): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    let live = app.scheduler.hosts().await?;
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.may(Action::ReadFleet)?;
+    let mut live = app.scheduler.hosts().await?;
+    if let Some(team) = caller.principal.scope() {
+        // Another team's tasks do not exist for a team's principal.
+        for host in &mut live {
+            let mut theirs = Vec::with_capacity(host.running.len());
+            for r in host.running.drain(..) {
+                if app.store.task_team(r.task).await?.as_deref() == Some(team) {
+                    theirs.push(r);
+                }
+            }
+            host.running = theirs;
+        }
+    }
     let known = app.store.hosts().await?;
     let now = trainyard_proto::now_ms();
     let mut views: Vec<HostView> = live.into_iter().map(|h| connected(h, now)).collect();
@@ -111,39 +130,57 @@ pub struct DrainQuery {
 
 pub async fn drain(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<DrainQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    change(app, id, StandingChange::Drain { now: q.now }).await
+    change(app, caller, id, StandingChange::Drain { now: q.now }).await
 }
 
 pub async fn undrain(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    change(app, id, StandingChange::Undrain).await
+    change(app, caller, id, StandingChange::Undrain).await
 }
 
 pub async fn unquarantine(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    change(app, id, StandingChange::Unquarantine).await
+    change(app, caller, id, StandingChange::Unquarantine).await
+}
+
+/// The audit log's name of a standing change.
+fn action_of(change: &StandingChange) -> (&'static str, Option<serde_json::Value>) {
+    match change {
+        StandingChange::Drain { now } => ("host.drain", Some(serde_json::json!({ "now": now }))),
+        StandingChange::Undrain => ("host.undrain", None),
+        StandingChange::Unquarantine => ("host.unquarantine", None),
+    }
 }
 
 async fn change(
     app: AppState,
+    caller: Caller,
     id: String,
     change: StandingChange,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.may(Action::ManageHosts)?;
     let host =
         HostId::new(id.clone()).map_err(|e| ApiError::not_found(format!("no host {id:?}: {e}")))?;
+    let (action, detail) = action_of(&change);
     match app.scheduler.change_standing(host, change).await {
-        Ok(standing) => Ok(Json(serde_json::json!({
-            "id": id,
-            "state": state_word(&standing),
-            "standing": standing,
-        }))),
+        Ok(standing) => {
+            audit::record(&app.store, &caller, action, format!("host {id}"), detail).await;
+            Ok(Json(serde_json::json!({
+                "id": id,
+                "state": state_word(&standing),
+                "standing": standing,
+            })))
+        }
         Err(e @ StandingError::UnknownHost(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ StandingError::Unavailable(_)) => Err(ApiError::unavailable(e.to_string())),
     }

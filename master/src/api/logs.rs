@@ -13,7 +13,9 @@
 //!   count grows. The stream ends after the last lines once the task has
 //!   ended.
 
+use super::auth::Caller;
 use super::{ApiError, AppState};
+use crate::access::Action;
 use crate::store::{LogRead, MAX_LOG_READ};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -64,15 +66,14 @@ pub fn read_of(q: &LogQuery) -> Result<LogRead, String> {
 
 pub async fn read(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<TaskId>,
     query: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) =
         query.map_err(|e| ApiError::bad_request(format!("invalid query: {}", e.body_text())))?;
     let read = read_of(&q).map_err(ApiError::bad_request)?;
-    if app.store.task(id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no task {id}")));
-    }
+    caller.on_task(&app.store, Action::Read, id).await?;
     if q.follow != Some(true) {
         let lines = app.store.log_lines(id, read).await?;
         let drops = app.store.log_drops(id, read.attempt).await?;

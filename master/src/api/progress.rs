@@ -3,7 +3,9 @@
 //! `after` (0, the default, from the first). Answers `next`, the cursor for
 //! the following page (the last point's id, or `after` when there was none).
 
+use super::auth::Caller;
 use super::ApiError;
+use crate::access::Action;
 use crate::store::{Store, MAX_POINTS_READ};
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -20,6 +22,7 @@ pub struct ProgressQuery {
 
 pub async fn history(
     State(store): State<Store>,
+    caller: Caller,
     Path(id): Path<TaskId>,
     Query(q): Query<ProgressQuery>,
 ) -> Result<Json<Value>, ApiError> {
@@ -38,9 +41,7 @@ pub async fn history(
             )))
         }
     };
-    if store.task(id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no task {id}")));
-    }
+    caller.on_task(&store, Action::Read, id).await?;
     let points = store.points(id, after, limit).await?;
     let next = points.last().map_or(after, |p| p.id);
     Ok(Json(json!({ "task": id, "points": points, "next": next })))

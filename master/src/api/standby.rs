@@ -4,8 +4,10 @@
 //! stands by), and sends everything else (mutations, live streams, hosts)
 //! to the leader with a
 //! `307 Temporary Redirect` to the same path on the leader's API. With no
-//! leader, those get a 503 saying so.
+//! leader, those get a 503 saying so. Its reads are authorised as the
+//! leader's are ([`super::auth`]): the tokens are in the database.
 
+use super::auth::Gate;
 use super::error::ApiError;
 use super::{progress, sweeps, tasks, PlacementView};
 use crate::store::{Leader, Store};
@@ -25,6 +27,14 @@ pub struct StandbyState {
     pub store: Store,
     /// The leader, as this standby last read it.
     pub leader: watch::Receiver<Option<Leader>>,
+    /// Who a request acts as.
+    pub gate: Gate,
+}
+
+impl FromRef<StandbyState> for Gate {
+    fn from_ref(s: &StandbyState) -> Gate {
+        s.gate.clone()
+    }
 }
 
 impl FromRef<StandbyState> for Store {
@@ -52,6 +62,10 @@ pub fn router(state: StandbyState) -> Router {
         )
         .route("/v1/sweeps", get(sweeps::list).fallback(to_leader))
         .route("/v1/sweeps/{id}", get(sweeps::show).fallback(to_leader))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.gate.clone(),
+            super::auth::authenticate,
+        ))
         .route("/v1/health", get(health))
         .route("/v1/health/live", get(live))
         .route("/v1/health/ready", get(ready))

@@ -2,9 +2,12 @@
 //! is stored; the sweep and its trials stored in one transaction), list,
 //! show (ranked over seeds), cancel (the sweep, then its unfinished trials).
 
+use super::audit;
+use super::auth::Caller;
 use super::error::{ApiError, Body};
-use super::tasks::{SubmitTask, MAX_BATCH};
+use super::tasks::{admit, submit_team, SubmitTask, MAX_BATCH};
 use super::AppState;
+use crate::access::Action;
 use crate::model::NewTask;
 use crate::scheduler::{CancelOutcome, SubmitError};
 use crate::search::spec::{self, Expansion, SweepSpec};
@@ -19,7 +22,11 @@ use std::collections::BTreeSet;
 use trainyard_proto::messages::AdapterInfo;
 
 /// Checks a spec and turns it into the sweep and its trials' tasks.
-fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<NewTask>), String> {
+fn plan(
+    spec: SweepSpec,
+    default_max_attempts: u32,
+    team: &str,
+) -> Result<(NewSweep, Vec<NewTask>), String> {
     let spec = spec.with_seed(rand::random());
     let Expansion {
         configs, trials, ..
@@ -45,10 +52,11 @@ fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<New
                 name: spec.name.clone(),
                 resources: resources()?,
             }
-            .validate(default_max_attempts)
+            .validate(default_max_attempts, team)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let sweep = NewSweep {
+        team: team.to_string(),
         name: spec.name.clone(),
         adapter: tasks[0].adapter.clone(),
         kind: String::new(),
@@ -63,9 +71,17 @@ fn plan(spec: SweepSpec, default_max_attempts: u32) -> Result<(NewSweep, Vec<New
 
 pub async fn create(
     State(app): State<AppState>,
+    caller: Caller,
     Body(spec): Body<SweepSpec>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let (sweep, tasks) = plan(spec, app.default_max_attempts).map_err(ApiError::unprocessable)?;
+    let team = submit_team(&caller)?;
+    let (sweep, tasks) =
+        plan(spec, app.default_max_attempts, &team).map_err(ApiError::unprocessable)?;
+    let tasks = tasks
+        .into_iter()
+        .map(|t| admit(&app.adapter_rules, t))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::forbidden)?;
     // Connected hosts as the scheduler knows them (their record may not be
     // written yet), and every host seen before.
     let live = app.scheduler.hosts().await?;
@@ -87,6 +103,15 @@ pub async fn create(
             SubmitError::Unavailable(m) => ApiError::unavailable(m),
             other => ApiError::unprocessable(other.to_string()),
         })?;
+    let detail = json!({ "team": team, "trials": created.tasks.len() });
+    audit::record(
+        &app.store,
+        &caller,
+        "sweep.create",
+        format!("sweep {}", created.id),
+        Some(detail),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(json!({
@@ -108,9 +133,13 @@ pub struct ListQuery {
 
 pub async fn list(
     State(store): State<Store>,
+    caller: Caller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let found = store.sweeps(q.limit.unwrap_or(100), q.before).await?;
+    caller.may(Action::Read)?;
+    let found = store
+        .sweeps(q.limit.unwrap_or(100), q.before, caller.principal.scope())
+        .await?;
     let sweeps: Vec<SweepSummary> = found
         .into_iter()
         .map(|(record, trials)| search::summary(record, &trials))
@@ -120,11 +149,13 @@ pub async fn list(
 
 pub async fn show(
     State(store): State<Store>,
+    caller: Caller,
     Path(id): Path<SweepId>,
 ) -> Result<Json<SweepDetail>, ApiError> {
     let Some(s) = store.sweep(id).await? else {
         return Err(ApiError::not_found(format!("no sweep {id}")));
     };
+    caller.may_on(Action::Read, &s.record.team, || format!("no sweep {id}"))?;
     Ok(Json(search::detail(
         s.record, s.spec, &s.configs, &s.trials,
     )))
@@ -134,8 +165,15 @@ pub async fn show(
 /// trials are all cancelled finishes the job at its next start.
 pub async fn cancel(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<SweepId>,
 ) -> Result<Json<Value>, ApiError> {
+    let Some(before) = app.store.sweep(id).await? else {
+        return Err(ApiError::not_found(format!("no sweep {id}")));
+    };
+    caller.may_on(Action::Cancel, &before.record.team, || {
+        format!("no sweep {id}")
+    })?;
     if !app
         .store
         .cancel_sweep(id, trainyard_proto::now_ms())
@@ -153,6 +191,15 @@ pub async fn cancel(
         .map(|t| t.task)
         .collect();
     let outcomes = app.scheduler.cancel_many(&unfinished).await?;
+    let detail = json!({ "trials": unfinished });
+    audit::record(
+        &app.store,
+        &caller,
+        "sweep.cancel",
+        format!("sweep {id}"),
+        Some(detail),
+    )
+    .await;
     let count = |o: CancelOutcome| outcomes.iter().filter(|x| **x == o).count();
     if count(CancelOutcome::Unavailable) > 0 {
         return Err(ApiError::unavailable(
@@ -179,7 +226,7 @@ mod tests {
             "resources": {"cpus": 0.5}, "priority": 2, "progress_timeout_secs": 300
         }))
         .unwrap();
-        let (sweep, tasks) = plan(spec, 3).unwrap();
+        let (sweep, tasks) = plan(spec, 3, "default").unwrap();
         assert_eq!(tasks.len(), 6);
         assert_eq!(sweep.trials.len(), 6);
         assert!(tasks
@@ -203,12 +250,14 @@ mod tests {
             "adapter": "python-trainer", "metric": "m", "max_attempts": 0
         }))
         .unwrap();
-        assert!(plan(spec, 3).unwrap_err().contains("max_attempts"));
+        assert!(plan(spec, 3, "default")
+            .unwrap_err()
+            .contains("max_attempts"));
         let spec: SweepSpec = serde_json::from_value(json!({
             "adapter": "python-trainer", "metric": "m", "progress_timeout_secs": -1
         }))
         .unwrap();
-        assert!(plan(spec, 3)
+        assert!(plan(spec, 3, "default")
             .unwrap_err()
             .contains("\"progress_timeout_secs\" must be between 1 and"));
     }

@@ -1,7 +1,10 @@
 //! Task endpoints: submit (one or a batch), list, show, cancel.
 
+use super::audit;
+use super::auth::Caller;
 use super::error::{ApiError, Body};
 use super::{AppState, PlacementView};
+use crate::access::{Action, AdapterRules};
 use crate::model::{NewTask, TaskDetail, TaskStatus};
 use crate::scheduler::{CancelOutcome, SubmitError};
 use crate::store::{Store, TaskFilter};
@@ -86,8 +89,9 @@ pub struct SubmitBatch {
 }
 
 impl SubmitTask {
-    /// Checks everything that can be checked without the scheduler.
-    pub fn validate(self, default_max_attempts: u32) -> Result<NewTask, String> {
+    /// Checks everything that can be checked without the scheduler; the
+    /// task is `team`'s.
+    pub fn validate(self, default_max_attempts: u32, team: &str) -> Result<NewTask, String> {
         let (adapter, version) = split_spec(self.adapter.trim());
         if adapter.is_empty() || adapter.len() > 64 {
             return Err("\"adapter\" must be a non-empty adapter name of at most 64 bytes".into());
@@ -147,6 +151,7 @@ impl SubmitTask {
             timeout_secs: self.timeout_secs,
             progress_timeout_secs,
             resources,
+            team: team.to_string(),
         })
     }
 }
@@ -161,6 +166,23 @@ fn progress_timeout(secs: i64) -> Result<u64, String> {
                 "\"progress_timeout_secs\" must be between 1 and {MAX_TIMEOUT_SECS} seconds, got {secs}"
             )
         })
+}
+
+/// The team `caller` submits for, or 403.
+pub(super) fn submit_team(caller: &Caller) -> Result<String, ApiError> {
+    caller
+        .principal
+        .submit_team()
+        .map(str::to_string)
+        .map_err(ApiError::forbidden)
+}
+
+/// Applies the team's adapter rules (`master.team_adapters`) to a checked
+/// task: 403 when its team may not run its adapter; otherwise the task
+/// runs under the team's version range as well as its own.
+pub(super) fn admit(rules: &AdapterRules, mut task: NewTask) -> Result<NewTask, String> {
+    task.version = rules.admit(&task.team, &task.adapter, task.version.take())?;
+    Ok(task)
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -183,11 +205,15 @@ fn submit_error(e: SubmitError) -> ApiError {
 
 pub async fn submit(
     State(app): State<AppState>,
+    caller: Caller,
     Body(task): Body<SubmitTask>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let team = submit_team(&caller)?;
     let task = task
-        .validate(app.default_max_attempts)
+        .validate(app.default_max_attempts, &team)
         .map_err(ApiError::unprocessable)?;
+    let task = admit(&app.adapter_rules, task).map_err(ApiError::forbidden)?;
+    let detail = json!({ "adapter": task.adapter, "team": team });
     let ids = app
         .scheduler
         .submit(vec![task])
@@ -197,6 +223,14 @@ pub async fn submit(
         .first()
         .copied()
         .ok_or_else(|| ApiError::unavailable("no id returned"))?;
+    audit::record(
+        &app.store,
+        &caller,
+        "task.submit",
+        format!("task {id}"),
+        Some(detail),
+    )
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "id": id, "status": TaskStatus::Pending })),
@@ -205,8 +239,10 @@ pub async fn submit(
 
 pub async fn submit_batch(
     State(app): State<AppState>,
+    caller: Caller,
     Body(batch): Body<SubmitBatch>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let team = submit_team(&caller)?;
     if batch.tasks.is_empty() || batch.tasks.len() > MAX_BATCH {
         return Err(ApiError::unprocessable(format!(
             "a batch holds 1 to {MAX_BATCH} tasks, got {}",
@@ -218,12 +254,24 @@ pub async fn submit_batch(
         .into_iter()
         .enumerate()
         .map(|(i, t)| {
-            t.validate(app.default_max_attempts)
+            t.validate(app.default_max_attempts, &team)
                 .map_err(|e| format!("task {i}: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(ApiError::unprocessable)?;
+    let tasks = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| admit(&app.adapter_rules, t).map_err(|e| format!("task {i}: {e}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ApiError::forbidden)?;
     let ids = app.scheduler.submit(tasks).await.map_err(submit_error)?;
+    let target = match (ids.first(), ids.last()) {
+        (Some(first), Some(last)) => format!("tasks {first}..{last}"),
+        _ => "tasks".to_string(),
+    };
+    let detail = json!({ "team": team, "count": ids.len(), "ids": ids });
+    audit::record(&app.store, &caller, "task.submit", target, Some(detail)).await;
     Ok((StatusCode::CREATED, Json(json!({ "ids": ids }))))
 }
 
@@ -234,14 +282,26 @@ pub struct ListQuery {
     pub adapter: Option<String>,
     /// Only tasks submitted with exactly this name.
     pub name: Option<String>,
+    /// Only this team's tasks (a team's principal sees only its own).
+    pub team: Option<String>,
     pub limit: Option<u32>,
     pub before: Option<TaskId>,
 }
 
 pub async fn list(
     State(store): State<Store>,
+    caller: Caller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.may(Action::Read)?;
+    let asked = q.team.filter(|t| !t.is_empty());
+    let team = match (caller.principal.scope(), asked) {
+        (Some(mine), Some(asked)) if mine != asked => {
+            return Ok(Json(json!({ "tasks": [] })));
+        }
+        (Some(mine), _) => Some(mine.to_string()),
+        (None, asked) => asked,
+    };
     let status = match q.status.as_deref() {
         None | Some("") => None,
         Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
@@ -256,6 +316,7 @@ pub async fn list(
         status,
         adapter: q.adapter.filter(|a| !a.is_empty()),
         name: q.name.filter(|n| !n.is_empty()),
+        team,
         limit: q.limit.unwrap_or(0),
         before_id: q.before,
     };
@@ -268,10 +329,12 @@ pub async fn list(
 pub async fn show(
     State(store): State<Store>,
     State(placement): State<PlacementView>,
+    caller: Caller,
     Path(id): Path<TaskId>,
 ) -> Result<Json<TaskDetail>, ApiError> {
     match store.task(id).await? {
         Some(mut detail) => {
+            caller.may_on(Action::Read, &detail.task.team, || format!("no task {id}"))?;
             if let (TaskStatus::Pending, Some(placement)) = (detail.task.status, &placement.0) {
                 detail.waiting = Some(placement.borrow().why_waiting(&detail.task));
             }
@@ -284,18 +347,36 @@ pub async fn show(
 
 pub async fn cancel(
     State(app): State<AppState>,
+    caller: Caller,
     Path(id): Path<TaskId>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let Some(detail) = app.store.task(id).await? else {
         return Err(ApiError::not_found(format!("no task {id}")));
     };
+    caller.may_on(Action::Cancel, &detail.task.team, || {
+        format!("no task {id}")
+    })?;
     if detail.task.status.is_terminal() {
         return Err(ApiError::conflict(format!(
             "task {id} already ended {}",
             detail.task.status
         )));
     }
-    match app.scheduler.cancel(id).await? {
+    let outcome = app.scheduler.cancel(id).await?;
+    if matches!(
+        outcome,
+        CancelOutcome::Cancelled | CancelOutcome::CancelRequested
+    ) {
+        audit::record(
+            &app.store,
+            &caller,
+            "task.cancel",
+            format!("task {id}"),
+            None,
+        )
+        .await;
+    }
+    match outcome {
         CancelOutcome::Cancelled => Ok((
             StatusCode::OK,
             Json(json!({ "id": id, "status": TaskStatus::Cancelled })),
@@ -324,7 +405,7 @@ mod tests {
     fn task(v: Value) -> Result<NewTask, String> {
         serde_json::from_value::<SubmitTask>(v)
             .map_err(|e| e.to_string())?
-            .validate(3)
+            .validate(3, "default")
     }
 
     #[test]

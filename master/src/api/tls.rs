@@ -89,3 +89,16 @@ impl axum::serve::Listener for TlsListener {
         Ok(self.addr)
     }
 }
+
+/// An HTTPS client's address, as the audit log records it (axum knows the
+/// address of a plain TCP client by itself).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> PeerAddr {
+        PeerAddr(*stream.remote_addr())
+    }
+}

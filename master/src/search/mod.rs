@@ -35,6 +35,8 @@ pub type SweepId = u64;
 /// A sweep as created, inserted with its trials' tasks in one transaction.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewSweep {
+    /// The team it and its trials belong to.
+    pub team: String,
     pub name: Option<String>,
     pub adapter: String,
     /// The trials' kind, as the scheduler resolved it.
@@ -53,6 +55,9 @@ pub struct NewSweep {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepRecord {
     pub id: SweepId,
+    /// The team it belongs to, as do its trials.
+    #[serde(default)]
+    pub team: String,
     pub name: Option<String>,
     pub adapter: String,
     pub kind: String,
@@ -199,6 +204,7 @@ mod tests {
     fn a_sweep_reads_back_as_the_api_wrote_it() {
         let record = SweepRecord {
             id: 3,
+            team: "default".into(),
             name: Some("lr".into()),
             adapter: "python-trainer".into(),
             kind: "q-learning".into(),

@@ -194,6 +194,7 @@ impl Writer<'_> {
                         t.progress_timeout_secs
                             .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
                     ),
+                    Param::text(&t.team),
                 ])
             })
             .collect::<Result<_>>()?;

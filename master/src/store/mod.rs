@@ -23,7 +23,9 @@
 //! - `activity`: attempts ended per minute, for the dashboard.
 //! - `points`, `logs`: the progress history and the captured log lines.
 //! - `artifacts`: the objects hosts stored, recorded once complete.
+//! - `access`: teams, API tokens (their digests) and the audit log.
 
+mod access;
 mod activity;
 mod apply;
 mod artifacts;
@@ -44,6 +46,7 @@ mod values;
 #[cfg(test)]
 mod tests;
 
+pub use access::{AuditEntry, NewAuditEntry, NewToken, TeamRecord, TokenError};
 pub use activity::EndedAttempts;
 pub use apply::Executed;
 pub use artifacts::{Artifact, NewArtifact};

@@ -73,6 +73,8 @@ pub struct TaskFilter {
     pub adapter: Option<String>,
     /// Only tasks submitted with exactly this name.
     pub name: Option<String>,
+    /// Only this team's tasks (a team principal's view).
+    pub team: Option<String>,
     /// 0 means the default of 100; at most 1000.
     pub limit: u32,
     /// Page cursor: only tasks with a smaller id (the last id of the page
@@ -159,6 +161,10 @@ fn list_query(filter: &TaskFilter) -> (String, Vec<Param<'_>>) {
     if let Some(name) = &filter.name {
         params.push(Param::text(name));
         conditions.push(format!("name = ${}", params.len()));
+    }
+    if let Some(team) = &filter.team {
+        params.push(Param::text(team));
+        conditions.push(format!("team = ${}", params.len()));
     }
     if let Some(before) = filter.before_id {
         // Ids beyond i64 do not exist, so every stored id is before them.

@@ -20,7 +20,7 @@ use trainyard_proto::TaskId;
 
 /// The columns [`task`] reads. The checkpoint's size is computed by the
 /// database so listing tasks does not load checkpoint bytes.
-pub(super) const TASK_COLUMNS: &str = "id, name, adapter, adapter_version, kind, params, priority, status, attempt, runs, \
+pub(super) const TASK_COLUMNS: &str = "id, team, name, adapter, adapter_version, kind, params, priority, status, attempt, runs, \
      max_attempts, timeout_secs, progress_timeout_secs, resources, host_id, slot, cancel_requested, dispatch_deadline_ms, progress, \
      checkpoint_attempt, checkpoint_kind, checkpoint_name, LENGTH(checkpoint_data) AS checkpoint_bytes, \
      checkpoint_object, result, error, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
@@ -191,6 +191,7 @@ pub(super) fn task(row: &AnyRow) -> Result<Task> {
     let params_text = c.text("params")?;
     Ok(Task {
         id,
+        team: c.text("team")?,
         name: c.opt_text("name")?,
         adapter: c.text("adapter")?,
         adapter_version: c.pin()?,
@@ -355,7 +356,7 @@ pub(super) fn status_count(row: &AnyRow) -> Result<(TaskStatus, u64)> {
 
 /// The columns [`sweep`] reads.
 pub(super) const SWEEP_COLUMNS: &str =
-    "id, name, adapter, kind, metric, direction, created_at_ms, cancelled_at_ms";
+    "id, team, name, adapter, kind, metric, direction, created_at_ms, cancelled_at_ms";
 
 /// The columns [`trial`] reads, from `sweep_trials` joined with `tasks`.
 pub(super) const TRIAL_COLUMNS: &str =
@@ -368,6 +369,7 @@ pub(super) fn sweep(row: &AnyRow) -> Result<SweepRecord> {
     let direction = c.text("direction")?;
     Ok(SweepRecord {
         id,
+        team: c.text("team")?,
         name: c.opt_text("name")?,
         adapter: c.text("adapter")?,
         kind: c.text("kind")?,

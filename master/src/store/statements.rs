@@ -39,11 +39,11 @@ pub(super) const LOOKUP_BY_KEY: &str = "SET LOCAL enable_seqscan = off; \
 
 pub(super) const INSERT_TASKS: &str =
     "WITH v(v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, v_resources, \
-         v_version, v_progress_timeout) AS (VALUES {values}) \
+         v_version, v_progress_timeout, v_team) AS (VALUES {values}) \
      INSERT INTO tasks (name, adapter, kind, params, priority, max_attempts, timeout_secs, \
-         resources, adapter_version, progress_timeout_secs, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
+         resources, adapter_version, progress_timeout_secs, team, status, attempt, runs, cancel_requested, created_at_ms, updated_at_ms) \
      SELECT v_name, v_adapter, v_kind, v_params, v_priority, v_max_attempts, v_timeout, \
-         v_resources, v_version, v_progress_timeout, 'PENDING', 0, 0, 0, {now}, {now} \
+         v_resources, v_version, v_progress_timeout, v_team, 'PENDING', 0, 0, 0, {now}, {now} \
      FROM v WHERE v_adapter IS NOT NULL \
      RETURNING id";
 pub(super) const INSERT_COLS: &[Col] = &[
@@ -57,6 +57,7 @@ pub(super) const INSERT_COLS: &[Col] = &[
     Col::Text,
     Col::Text,
     Col::Int,
+    Col::Text,
 ];
 
 /// Returns what the Dispatch messages need (`rows::PAYLOAD_COLUMNS`, `id`

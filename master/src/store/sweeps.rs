@@ -36,8 +36,8 @@ pub(super) async fn insert(
     for s in sweeps {
         let n = &s.sweep;
         let id: i64 = sqlx::query(
-            "INSERT INTO sweeps (name, adapter, kind, spec, configs, metric, direction, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+            "INSERT INTO sweeps (name, adapter, kind, spec, configs, metric, direction, created_at_ms, \
+             team) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
         )
         .bind(n.name.as_deref().map(|s| s.replace('\0', "\u{FFFD}")))
         .bind(&n.adapter)
@@ -47,6 +47,7 @@ pub(super) async fn insert(
         .bind(&n.metric)
         .bind(n.direction.as_str())
         .bind(now)
+        .bind(&n.team)
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::db(action))?
@@ -99,19 +100,27 @@ fn trials_sql(condition: &str) -> String {
 impl Store {
     /// Sweeps newest first (at most `limit`, before the id `before`), each
     /// with its trials.
+    /// Only `team`'s when given.
     pub async fn sweeps(
         &self,
         limit: u32,
         before: Option<SweepId>,
+        team: Option<&str>,
     ) -> Result<Vec<(SweepRecord, Vec<TrialRow>)>> {
         let action = "list sweeps";
         let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
         let sql = format!(
-            "SELECT {} FROM sweeps WHERE id < $1 ORDER BY id DESC LIMIT $2",
-            rows::SWEEP_COLUMNS
+            "SELECT {} FROM sweeps WHERE id < $1 AND {} ORDER BY id DESC LIMIT $3",
+            rows::SWEEP_COLUMNS,
+            if team.is_some() {
+                "team = $2"
+            } else {
+                "$2 = ''"
+            }
         );
         let found = sqlx::query(&sql)
             .bind(before)
+            .bind(team.unwrap_or(""))
             .bind(i64::from(limit.clamp(1, 1000)))
             .fetch_all(&self.pool)
             .await

@@ -71,6 +71,8 @@ on_both_backends!(
     log_lines_read_by_tail_and_cursor_and_trimming_keeps_the_newest,
     batch_writes_find_their_rows_by_key,
     a_start_carried_by_its_finish_leaves_the_rows_of_separate_batches,
+    a_teams_listing_holds_only_its_tasks_and_old_tasks_are_the_default_teams,
+    a_token_is_found_by_its_digest_until_revoked_and_the_audit_log_pages_back,
 );
 
 #[tokio::test]
@@ -161,6 +163,7 @@ fn new_task(adapter: &str, priority: i32) -> NewTask {
         timeout_secs: Some(600),
         progress_timeout_secs: Some(90),
         resources: Default::default(),
+        team: "default".into(),
     }
 }
 
@@ -1936,4 +1939,126 @@ async fn a_start_carried_by_its_finish_leaves_the_rows_of_separate_batches(store
         apart.task.id = 0;
         assert_eq!(one, apart);
     }
+}
+
+async fn a_teams_listing_holds_only_its_tasks_and_old_tasks_are_the_default_teams(store: Store) {
+    let red = NewTask {
+        team: "red".into(),
+        ..new_task("ppo", 0)
+    };
+    let [plain, red] = submit(&store, vec![new_task("ppo", 0), red]).await[..] else {
+        unreachable!()
+    };
+    assert_eq!(detail(&store, plain).await.task.team, "default");
+    assert_eq!(store.task_team(red).await.unwrap().as_deref(), Some("red"));
+    assert_eq!(store.task_team(red + 100).await.unwrap(), None);
+    let listed = |team: Option<&str>| {
+        let store = store.clone();
+        let filter = TaskFilter {
+            team: team.map(str::to_string),
+            ..Default::default()
+        };
+        async move {
+            let tasks = store.tasks(&filter).await.unwrap();
+            tasks.iter().map(|t| t.id).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(Some("red")).await, vec![red]);
+    assert_eq!(listed(Some("default")).await, vec![plain]);
+    assert_eq!(listed(None).await, vec![red, plain]);
+    assert_eq!(listed(Some("blue")).await, Vec::<TaskId>::new());
+}
+
+async fn a_token_is_found_by_its_digest_until_revoked_and_the_audit_log_pages_back(store: Store) {
+    use crate::access::{issue_token, Principal, Role};
+    use crate::store::{NewAuditEntry, NewToken, TokenError};
+    assert!(store.create_team("red", NOW).await.unwrap());
+    assert!(
+        !store.create_team("red", NOW).await.unwrap(),
+        "created twice"
+    );
+    let names: Vec<String> = store
+        .teams()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["default", "red"]);
+    let issued = issue_token();
+    let new = NewToken {
+        name: "ci",
+        role: Role::Member,
+        team: Some("red"),
+        digest: &issued.digest,
+        created_by: "api.token",
+        expires_at_ms: Some(NOW + 1000),
+    };
+    let record = store.create_token(&new, NOW).await.unwrap();
+    let blue = NewToken {
+        team: Some("blue"),
+        ..new.clone()
+    };
+    assert!(matches!(
+        store.create_token(&blue, NOW).await,
+        Err(TokenError::NoSuchTeam(t)) if t == "blue"
+    ));
+    let found = store
+        .token_by_digest(&issued.digest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found, record);
+    assert_eq!(found.principal(NOW).unwrap().team.as_deref(), Some("red"));
+    assert!(store.token_by_digest("00").await.unwrap().is_none());
+    let revoked = store
+        .revoke_token(record.id, NOW + 5)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(revoked.revoked_at_ms, Some(NOW + 5));
+    let again = store
+        .revoke_token(record.id, NOW + 9)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        again.revoked_at_ms,
+        Some(NOW + 5),
+        "the first revocation stands"
+    );
+    let found = store
+        .token_by_digest(&issued.digest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(found.principal(NOW).is_err());
+    assert!(store
+        .revoke_token(record.id + 100, NOW)
+        .await
+        .unwrap()
+        .is_none());
+
+    let admin = Principal::legacy_admin();
+    for i in 0..5 {
+        let entry = NewAuditEntry {
+            principal: &admin,
+            action: "task.cancel",
+            target: format!("task {i}"),
+            detail: Some(serde_json::json!({"i": i})),
+            source: "127.0.0.1:5000",
+        };
+        store.audit(&entry, NOW + i).await.unwrap();
+    }
+    let page = store.audit_entries(2, None).await.unwrap();
+    assert_eq!(
+        page.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(),
+        ["task 4", "task 3"]
+    );
+    assert_eq!(page[0].principal, "api.token");
+    assert_eq!(page[0].role, "admin");
+    assert_eq!(page[0].detail, Some(serde_json::json!({"i": 4})));
+    let next = store.audit_entries(10, Some(page[1].id)).await.unwrap();
+    assert_eq!(next.len(), 3);
+    assert_eq!(next[0].target, "task 2");
 }
