@@ -539,7 +539,10 @@ async fn a_host_keeps_its_workspaces_when_its_environment_says_so() {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("no task id in {stdout:?}"));
-    let client = ApiClient::new(&site.api_url(), None).unwrap();
+    // Reads need a token: the one the master generated, which the CLI
+    // above found through TRAINYARD_API__TOKEN_FILE.
+    let token = std::fs::read_to_string(site.at("api-token")).expect("the API token file");
+    let client = ApiClient::new(&site.api_url(), Some(token.trim().to_string())).unwrap();
     let task = wait_until("the task's end", &[&master, &host], async || {
         client
             .task(id)

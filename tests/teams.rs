@@ -156,10 +156,13 @@ async fn two_teams_cannot_read_or_cancel_each_others_work_and_every_change_is_au
     let blue = issue(&c, "blue-member", "member", Some("blue"));
     let (red_c, blue_c) = (client_of(&c, &red), client_of(&c, &blue));
 
-    // Both streams open before anything runs, so each hears all it may.
-    let red_heard = listen(client_of(&c, &red), |e| e.kind == "progress").await;
-
+    // Red's task reports progress until cancelled: red's stream, opened
+    // after it was submitted, hears it (and not only its sweep's trial).
     let red_task = red_c.submit(&long_task()).await.expect("red submits");
+    let red_heard = listen(client_of(&c, &red), move |e| {
+        e.kind == "progress" && e.task == red_task
+    })
+    .await;
     let (status, body) = post(
         &c,
         Some(&red),

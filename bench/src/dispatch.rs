@@ -449,15 +449,9 @@ fn rows_of(
 /// lines (they may arrive just after the report: waited for briefly), so
 /// the watched run measured what it claims.
 async fn check_watched(client: &ApiClient, id: u64, n: u32) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    let url = format!(
-        "{}/v1/tasks/{id}/progress",
-        client.base_url().trim_end_matches('/')
-    );
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let progress: serde_json::Value = http.get(&url).send().await?.json().await?;
-        let points = progress["points"].as_array().map_or(0, Vec::len);
+        let points = client.progress(id, None, None).await?.points.len();
         let logs = client.logs(id, Default::default()).await?.lines.len();
         if points == n as usize && logs == n as usize {
             return Ok(());

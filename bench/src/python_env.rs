@@ -106,7 +106,8 @@ async fn first_episode(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
         let sent = trainyard_proto::now_ms();
         let id = client.submit(&task).await?;
         super::api::wait_terminal(&client, round + 2, Duration::from_secs(120)).await?;
-        let first = first_point_ms(client.base_url(), id).await?;
+        let token = std::fs::read_to_string(&c.settings.api.token_file)?;
+        let first = first_point_ms(client.base_url(), token.trim(), id).await?;
         latencies.push((first - sent) as f64 * 1e3);
     }
     let python = environment_python(c)?;
@@ -152,14 +153,20 @@ async fn first_episode(env: &BenchEnv) -> anyhow::Result<Vec<Row>> {
 }
 
 /// When the task's first progress point was recorded, in ms since the epoch.
-async fn first_point_ms(base_url: &str, id: u64) -> anyhow::Result<i64> {
+async fn first_point_ms(base_url: &str, token: &str, id: u64) -> anyhow::Result<i64> {
     let url = format!(
         "{}/v1/tasks/{id}/progress?limit=1",
         base_url.trim_end_matches('/')
     );
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let body: serde_json::Value = reqwest::get(&url).await?.json().await?;
+        let body: serde_json::Value = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .await?
+            .json()
+            .await?;
         if let Some(at) = body["points"][0]["at_ms"].as_i64() {
             return Ok(at);
         }
