@@ -1030,8 +1030,10 @@ async fn a_trainer_writes_to_a_tmp_and_dev_shm_of_its_own_cold_or_warm() {
     })
     .await;
     c.start_master().await;
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("containment-work-{}", std::process::id()));
+    // Not under the build's directory, which may itself be under /tmp (a
+    // checkout in /tmp, where the view's /tmp holds the work directory).
+    let work =
+        Path::new("/var/tmp").join(format!("trainyard-containment-work-{}", std::process::id()));
     let _removed = RemovedAtEnd(work.clone());
     let metrics: std::net::SocketAddr = format!("127.0.0.1:{}", trainyard_testkit::free_port())
         .parse()

@@ -676,7 +676,10 @@ async fn a_stop_reaches_a_trainer_in_a_pid_namespace_whose_orphans_are_reaped() 
     // with the namespace.
     let mut spec = sh(
         dir.path(),
-        "trap 'echo zombies $(grep -l \"^State:.*Z\" /proc/[0-9]*/status | wc -l); exit 7' TERM; \
+        // An exited orphan is reaped soon, not at once: zombies are counted
+        // until none is left, for up to two seconds.
+        "trap 'for i in $(seq 40); do n=$(grep -l \"^State:.*Z\" /proc/[0-9]*/status 2>/dev/null | wc -l); \
+           [ $n -eq 0 ] && break; sleep 0.05; done; echo zombies $n; exit 7' TERM; \
          (sh -c 'exit 0' &); (sleep 600 &); echo ready; while true; do sleep 0.05; done",
     );
     spec.confinement = Some(trainyard_host::containment::Confinement {
