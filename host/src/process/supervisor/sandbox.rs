@@ -57,7 +57,7 @@ pub(super) fn run(plan: Option<std::ffi::OsString>) -> Result<(), SuperviseError
     };
     let unused = |sandbox: Sandbox| {
         sandbox.discard();
-        if host_gone(host_process) {
+        if nix::unistd::getppid() != host_process {
             if let Some(dir) = &plan.cgroup_dir {
                 crate::containment::cgroup::remove_empty_tree(dir);
             }
@@ -422,34 +422,4 @@ impl Sandbox {
         );
         super::end_attempt(Some(&mut confined), self.first);
     }
-}
-
-/// How long an unused sandbox waits for its host to finish exiting.
-const HOST_EXIT_WAIT_MS: libc::c_int = 2_000;
-
-/// Whether the host has died: this process was given another parent, or
-/// the host's process ends within a moment. The kernel closes a dying
-/// process's files (the end of the control socket just read) before it
-/// gives its children another parent, so `getppid` alone can still name a
-/// host on its way out.
-fn host_gone(host: nix::unistd::Pid) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    if nix::unistd::getppid() != host {
-        return true;
-    }
-    // SAFETY: pidfd_open takes a pid and flags and returns a new
-    // descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, host.as_raw(), 0) };
-    if fd < 0 {
-        return true;
-    }
-    // SAFETY: the kernel just returned this descriptor, owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut exited = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll reads one pollfd that outlives the call.
-    unsafe { libc::poll(&mut exited, 1, HOST_EXIT_WAIT_MS) > 0 }
 }
