@@ -358,27 +358,6 @@ async fn a_host_whose_trainers_cannot_run_an_adapters_program_refuses_to_start()
     );
 }
 
-macro_rules! on_both_backends {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $test() {
-                    super::$test("sqlite").await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $test() {
-                    super::$test("postgres").await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_backends!(
     a_broken_host_is_quarantined_and_costs_no_task_an_attempt,
     a_host_whose_memory_limit_is_too_small_for_python_burns_no_attempt,

@@ -3,6 +3,7 @@
 //! them). One binary compiles and links the shared harness, and what it
 //! instantiates of the crates below, once instead of once per file.
 
+#[macro_use]
 mod common;
 
 mod adapter_check;

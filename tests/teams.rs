@@ -362,25 +362,4 @@ async fn open_reads_let_reads_through_without_a_token_but_not_changes() {
     assert_eq!(status, 401);
 }
 
-macro_rules! on_both_backends {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $test() {
-                    super::$test("sqlite").await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread")]
-                async fn $test() {
-                    super::$test("postgres").await;
-                }
-            )*
-        }
-    };
-}
-
 on_both_backends!(two_teams_cannot_read_or_cancel_each_others_work_and_every_change_is_audited,);

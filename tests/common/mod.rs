@@ -899,3 +899,26 @@ pub fn unreachable_python(scratch: &Path) -> (PathBuf, PathBuf) {
     );
     (closed.clone(), closed)
 }
+
+/// Runs each `async fn name(backend: &str)` named as a test on SQLite and
+/// on PostgreSQL, as `sqlite::name` and `postgres::name`.
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $test() {
+                    super::$test("sqlite").await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $test() {
+                    super::$test("postgres").await;
+                }
+            )*
+        }
+    };
+}
